@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
+
+.PHONY: install test test-postgres demo migrate worker simulator bench chaos clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install  ## the suite, on DATABASE_URL (default: SQLite)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-postgres: install  ## the suite on the local PostgreSQL
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+demo: migrate  ## the end-to-end story on the embedded SQLite database, then the admin
+	$(PY) manage.py demo
+	@if [ "$${DEMO_SERVE:-1}" = "1" ]; then \
+		echo "Admin: http://127.0.0.1:8000/admin/  (Ctrl-C to stop)"; \
+		$(PY) manage.py runserver 127.0.0.1:8000; \
+	fi
+
+worker: install
+	$(PY) manage.py run_worker
+
+bench: install  ## speed figures on DATABASE_URL (see README)
+	$(PY) manage.py bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* var/

@@ -1,0 +1,132 @@
+"""Which connector serves which provider name, and what that provider declares.
+
+A provider's capabilities are a *declaration* kept here, next to its name —
+the single place the operations layer learns what it may do to reconcile
+(DESIGN §6, §10). Nothing asks the provider.
+
+Django settings are read lazily inside ``get_connector``, so this module (and
+the simulator tooling that imports it) loads without Django configured.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from connectors.base import Capabilities, Connector
+from connectors.email_http import HttpEmailConnector
+
+# Declared capabilities of the built-in providers, one per simulator mode.
+PROVIDER_CAPABILITIES: dict[str, Capabilities] = {
+    "sim-idempotent": Capabilities(idempotency_key=True, lookup=True),
+    "sim-lookup": Capabilities(idempotency_key=False, lookup=True),
+    "sim-bare": Capabilities(idempotency_key=False, lookup=False),
+}
+
+# The provider name to use against a simulator started with ``--mode``.
+PROVIDER_FOR_SIMULATOR_MODE: dict[str, str] = {
+    "idempotent": "sim-idempotent",
+    "lookup": "sim-lookup",
+    "bare": "sim-bare",
+}
+
+# Development only; a real deployment sets PROVIDER_API_KEY in the environment.
+DEFAULT_API_KEY = "sim-dev-key"
+
+ConnectorFactory = Callable[[], Connector]
+
+_registered: dict[str, ConnectorFactory] = {}
+_registered_lock = threading.Lock()
+
+
+class UnknownProvider(LookupError):
+    """No connector is registered or built in under this provider name."""
+
+
+def build_http_connector(
+    provider_name: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
+) -> HttpEmailConnector:
+    """An ``HttpEmailConnector`` with the declared capabilities of ``provider_name``.
+
+    Anything not given comes from Django settings (``PROVIDER_URL``,
+    ``PROVIDER_CONNECT_TIMEOUT``, ``PROVIDER_READ_TIMEOUT``) and the
+    ``PROVIDER_API_KEY`` environment variable. Raises ``UnknownProvider`` for a
+    name without declared capabilities.
+    """
+    try:
+        capabilities = PROVIDER_CAPABILITIES[provider_name]
+    except KeyError:
+        raise UnknownProvider(f"no declared capabilities for provider {provider_name!r}") from None
+    if base_url is None or connect_timeout is None or read_timeout is None:
+        from django.conf import settings
+
+        base_url = settings.PROVIDER_URL if base_url is None else base_url
+        connect_timeout = settings.PROVIDER_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
+        read_timeout = settings.PROVIDER_READ_TIMEOUT if read_timeout is None else read_timeout
+    if api_key is None:
+        api_key = os.environ.get("PROVIDER_API_KEY") or DEFAULT_API_KEY
+    return HttpEmailConnector(
+        base_url,
+        api_key,
+        capabilities,
+        connect_timeout,
+        read_timeout,
+        name=provider_name,
+    )
+
+
+def get_connector(provider_name: str) -> Connector:
+    """The connector for ``provider_name``, freshly built (settings are read now).
+
+    A factory registered with ``register_connector`` wins over the built-in
+    providers. Raises ``UnknownProvider`` when neither knows the name.
+    """
+    with _registered_lock:
+        factory = _registered.get(provider_name)
+    if factory is not None:
+        return factory()
+    return build_http_connector(provider_name)
+
+
+def register_connector(name: str, factory: ConnectorFactory) -> None:
+    """Serve ``name`` with ``factory()`` from now on (replacing any previous one)."""
+    with _registered_lock:
+        _registered[name] = factory
+
+
+def unregister_connector(name: str) -> None:
+    """Forget a registered factory; a built-in provider of that name comes back."""
+    with _registered_lock:
+        _registered.pop(name, None)
+
+
+@contextmanager
+def connector_registered(name: str, factory: ConnectorFactory) -> Iterator[None]:
+    """Register ``factory`` for the duration of a ``with`` block (for tests).
+
+    Whatever was registered under ``name`` before is restored on exit.
+    """
+    with _registered_lock:
+        previous = _registered.get(name)
+        _registered[name] = factory
+    try:
+        yield
+    finally:
+        with _registered_lock:
+            if previous is None:
+                _registered.pop(name, None)
+            else:
+                _registered[name] = previous
+
+
+def provider_names() -> list[str]:
+    """Every provider name ``get_connector`` can serve right now."""
+    with _registered_lock:
+        return sorted(set(PROVIDER_CAPABILITIES) | set(_registered))

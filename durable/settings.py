@@ -1,0 +1,105 @@
+"""Settings come from the environment (DESIGN §11); nothing secret lives here.
+
+With no DATABASE_URL the embedded SQLite file `db.sqlite3` in the project is
+used; `DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable` switches to
+PostgreSQL.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")  # optional, for local overrides; never committed
+
+DEBUG = env.bool("DEBUG", default=False)
+# A development checkout (make demo, tests) runs without a secret; a production
+# deployment sets DURABLE_PRODUCTION=1 and must then provide SECRET_KEY.
+PRODUCTION = env.bool("DURABLE_PRODUCTION", default=False)
+SECRET_KEY = env("SECRET_KEY", default="" if PRODUCTION else "insecure-development-only-key")
+if not SECRET_KEY:
+    raise environ.ImproperlyConfigured("SECRET_KEY must be set when DURABLE_PRODUCTION=1")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "jobs",
+    "operations",
+    "connectors",
+    "company",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "durable.urls"
+WSGI_APPLICATION = "durable.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers
+    # never both read a job as eligible; WAL lets readers proceed meanwhile.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env.float("SQLITE_BUSY_TIMEOUT", default=30.0),
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(BASE_DIR / "test_db.sqlite3")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# The outside world (DESIGN §6, §10).
+PROVIDER_URL = env("PROVIDER_URL", default="http://127.0.0.1:8025")
+PROVIDER_CONNECT_TIMEOUT = env.float("PROVIDER_CONNECT_TIMEOUT", default=2.0)
+PROVIDER_READ_TIMEOUT = env.float("PROVIDER_READ_TIMEOUT", default=5.0)
+
+# django-q2 is the calendar, never the executor (DESIGN §13).
+Q_CLUSTER = {"name": "durable-calendar", "orm": "default", "workers": 1, "timeout": 300, "retry": 600}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"()": "jobs.logformat.LogFormatter", "fmt": "text"},
+        "json": {"()": "jobs.logformat.LogFormatter", "fmt": "json"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": env("LOG_FORMAT", default="text")}},
+    "loggers": {"jobs": {"handlers": ["console"], "level": env("JOBS_LOG_LEVEL", default="INFO")}},
+}

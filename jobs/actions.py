@@ -1,0 +1,124 @@
+"""The action registry and the API handlers are written against.
+
+    from jobs.actions import action, Wait
+
+    @action("quotes.send", timeout=60, retry=RetryPolicy(max_attempts=8))
+    def send_quote(ctx):
+        ...
+        return {"sent": True}          # → DONE, stored as the job's result
+        return Wait.external("customer reply", wake_at=...)   # → WAITING_EXTERNAL
+
+A handler raises `TransientError`, `PermanentError` or `AuthError` (jobs.errors)
+to say what a failure means; any other exception counts as transient.
+Modules named `handlers` in installed apps are imported at start-up so their
+actions register themselves.
+"""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .errors import UnknownAction
+from .retry import DEFAULT_POLICY, RetryPolicy
+from .states import State
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    handler: Callable[["JobContext"], Any]
+    retry: RetryPolicy = DEFAULT_POLICY
+    timeout: float | None = None  # seconds; past it the lease is no longer renewed
+
+
+_registry: dict[str, ActionSpec] = {}
+
+
+def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None):
+    """Register the decorated function as the handler of `name`."""
+
+    def register(handler):
+        existing = _registry.get(name)
+        if existing is not None and existing.handler is not handler:
+            if getattr(existing.handler, "__qualname__", None) != handler.__qualname__:
+                raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
+        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout)
+        return handler
+
+    return register
+
+
+def get_action(name: str) -> ActionSpec:
+    """The registered action, or `UnknownAction` naming what is registered."""
+    try:
+        return _registry[name]
+    except KeyError:
+        known = ", ".join(sorted(_registry)) or "none"
+        raise UnknownAction(f"no handler is registered for action {name!r} (registered: {known})") from None
+
+
+def retry_policy(name: str) -> RetryPolicy:
+    spec = _registry.get(name)
+    return spec.retry if spec else DEFAULT_POLICY
+
+
+def registered_actions() -> list[str]:
+    return sorted(_registry)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A handler's request to wait without holding a worker: the job is
+    released and becomes READY again on a reply, a timer or a decision."""
+
+    state: State
+    reason: str
+    wake_at: datetime | float | None = None
+
+    @classmethod
+    def external(cls, reason: str, *, wake_at=None) -> "Wait":
+        return cls(State.WAITING_EXTERNAL, reason, wake_at)
+
+    @classmethod
+    def review(cls, reason: str, *, wake_at=None) -> "Wait":
+        return cls(State.WAITING_REVIEW, reason, wake_at)
+
+
+@dataclass
+class JobContext:
+    """What a handler sees: the job, its fence and a cancellation flag.
+
+    `cancelled` is set when the worker lost the lease (a renewal hit
+    `Conflict`) or is shutting down past its grace period; a long handler
+    checks it between steps. Nothing a cancelled handler returns is written.
+    """
+
+    job: Any  # jobs.models.Job as claimed
+    worker_id: str
+    store: Any  # jobs.store.Store
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def tenant(self) -> str:
+        return self.job.tenant
+
+    @property
+    def key(self) -> str:
+        return self.job.key
+
+    @property
+    def epoch(self) -> int:
+        return self.job.lease_epoch
+
+    @property
+    def payload(self) -> dict:
+        return self.job.payload
+
+    def check_fence(self) -> None:
+        """Raise `Conflict` if this worker no longer holds the job."""
+        from .errors import Conflict
+
+        if self.cancelled.is_set():
+            raise Conflict(f"{self.tenant}/{self.key}: the lease of epoch {self.epoch} is no longer ours")

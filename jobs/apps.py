@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Each app's `handlers` module registers its actions with @action.
+        autodiscover_modules("handlers")

@@ -1,0 +1,49 @@
+"""Exceptions that are part of the engine's contract (STYLE.md, "Errors").
+
+Handlers raise `TransientError`, `PermanentError` or `AuthError` to tell the
+worker what a failure means; the Store raises `Conflict` when a fenced write no
+longer matches the job's lease and `InvalidTransition` when a state change is
+not in the transition table.
+"""
+
+
+class JobError(Exception):
+    """Base class for engine errors."""
+
+
+class Conflict(JobError):
+    """The fence `(job, lease_epoch, worker_id)` no longer matches: another
+    worker took the job over, or it was recovered. Nothing was written."""
+
+
+class InvalidTransition(JobError):
+    """The requested state change is not in the transition table. Nothing was written."""
+
+
+class JobNotFound(JobError):
+    """No job with that identity exists."""
+
+
+class UnknownAction(JobError):
+    """A job names an action that no handler is registered for."""
+
+
+class HandlerFailure(JobError):
+    """Base for failures a handler reports on purpose."""
+
+
+class TransientError(HandlerFailure):
+    """Worth retrying later (a timeout, a 5xx, a lock). `retry_after` (seconds)
+    overrides the backoff when the cause says when to come back (HTTP 429)."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(HandlerFailure):
+    """Validation: retrying cannot help, a human must look (→ WAITING_REVIEW)."""
+
+
+class AuthError(HandlerFailure):
+    """Credentials were refused: never retried in a loop (→ NEEDS_ATTENTION)."""

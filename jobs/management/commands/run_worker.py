@@ -1,0 +1,63 @@
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs.logformat import LogFormatter
+from jobs.worker import Worker, WorkerConfig, default_worker_id
+
+
+class Command(BaseCommand):
+    help = (
+        "Claim and run durable jobs: renews leases while handlers are healthy, recovers expired "
+        "leases, wakes due waits and runs the periodic tasks (timers, outbox relay). Stops claiming on "
+        "SIGTERM/SIGINT, lets running handlers finish within --grace, then exits 0; a second signal exits "
+        "at once."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--worker-id", default=None,
+                            help="Identity used in fences and history (default: host:pid:random, new per start).")
+        parser.add_argument("--concurrency", type=int, default=1, help="Handlers run at once (threads). Default 1.")
+        parser.add_argument("--until-idle", action="store_true",
+                            help="Exit 0 once nothing is eligible and nothing is running.")
+        parser.add_argument("--lease-ttl", type=float, default=30.0,
+                            help="Seconds a claim lasts without renewal; renewed every ttl/3. Default 30.")
+        parser.add_argument("--tenant", action="append", dest="tenants", metavar="T",
+                            help="Only claim jobs of this tenant (repeatable).")
+        parser.add_argument("--action", action="append", dest="actions", metavar="A",
+                            help="Only claim jobs of this action (repeatable).")
+        parser.add_argument("--grace", type=float, default=30.0,
+                            help="Seconds running handlers get to finish after SIGTERM/SIGINT. Default 30.")
+        parser.add_argument("--poll-interval", type=float, default=2.0,
+                            help="Longest idle sleep between polls when no notification arrives. Default 2.")
+        parser.add_argument("--log-format", choices=["text", "json"], default="text",
+                            help="One line per event: text (default) or JSON.")
+
+    def handle(self, *args, **opts):
+        if opts["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        if opts["lease_ttl"] <= 0:
+            raise CommandError("--lease-ttl must be positive")
+        if opts["grace"] < 0:
+            raise CommandError("--grace must not be negative")
+        handler = logging.StreamHandler(self.stdout._out)
+        handler.setFormatter(LogFormatter(opts["log_format"]))
+        logger = logging.getLogger("jobs")
+        logger.handlers = [handler]
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        config = WorkerConfig(
+            worker_id=opts["worker_id"] or default_worker_id(),
+            concurrency=opts["concurrency"],
+            lease_ttl=opts["lease_ttl"],
+            tenants=opts["tenants"],
+            actions=opts["actions"],
+            grace=opts["grace"],
+            until_idle=opts["until_idle"],
+            poll_interval=opts["poll_interval"],
+        )
+        worker = Worker(config)
+        worker.install_signal_handlers()
+        code = worker.run()
+        if code:
+            raise SystemExit(code)

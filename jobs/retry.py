@@ -1,0 +1,110 @@
+"""Retry policy: the one place that decides what a failed attempt means.
+
+Exponential backoff with full jitter (delay = uniform(0, min(cap, base·m^n))),
+a ceiling per action (and per provider, through the action's policy), a
+maximum number of attempts and a maximum elapsed recovery window measured
+from the first attempt. Validation errors go to review at once; an
+authentication failure goes to an operator at once and is never retried in a
+loop (DESIGN §9).
+"""
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from .states import State
+
+
+class Failure(StrEnum):
+    TRANSIENT = "transient"  # TransientError or an unexpected exception
+    PERMANENT = "permanent"  # PermanentError: validation, a human must look
+    AUTH = "auth"  # AuthError: credentials refused
+    LOST_LEASE = "lost_lease"  # the worker went silent; found by recovery
+    ATTENTION = "attention"  # the handler itself says an operator must decide
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    initial_interval: float = 1.0  # seconds
+    multiplier: float = 2.0
+    max_interval: float = 300.0  # the ceiling (a provider's, where it has one)
+    max_attempts: int = 5
+    max_elapsed: float = 24 * 3600.0  # the recovery window since the first attempt
+    max_recoveries: int = 3  # expired leases before a job counts as poison
+
+    def backoff_cap(self, attempt: int) -> float:
+        """Upper bound of the delay after `attempt` (1-based) failed attempts."""
+        exponent = max(0, attempt - 1)
+        # min() before the power can overflow on absurd attempt counts.
+        if self.multiplier > 1 and exponent > 64:
+            return self.max_interval
+        return min(self.max_interval, self.initial_interval * self.multiplier**exponent)
+
+    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Full jitter: any delay in [0, cap] is equally likely, so a burst of
+        failures spreads out instead of retrying in lock-step."""
+        return (rng or random).uniform(0.0, self.backoff_cap(attempt))
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: State
+    reason: str
+    delay: float | None = None  # seconds until the next attempt, for READY
+
+
+def decide(
+    *,
+    failure: Failure,
+    error: str,
+    attempts: int,
+    max_attempts: int,
+    first_attempt_at: datetime | None,
+    recoveries: int,
+    now: datetime,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
+) -> Decision:
+    """What happens to a job whose attempt number `attempts` just failed."""
+    if failure is Failure.PERMANENT:
+        return Decision(State.WAITING_REVIEW, f"rejected, needs review: {error}")
+    if failure is Failure.AUTH:
+        return Decision(State.NEEDS_ATTENTION, f"authentication refused, not retried: {error}")
+    if failure is Failure.ATTENTION:
+        return Decision(State.NEEDS_ATTENTION, error)
+    if failure is Failure.LOST_LEASE and recoveries > policy.max_recoveries:
+        return Decision(
+            State.NEEDS_ATTENTION,
+            f"lease expired {recoveries} times (limit {policy.max_recoveries}); "
+            f"the job may crash or hang its worker: {error}",
+        )
+    if attempts >= max_attempts:
+        return Decision(State.NEEDS_ATTENTION, f"gave up after {attempts} attempts: {error}")
+    delay = retry_after if retry_after is not None else policy.backoff(attempts, rng)
+    if first_attempt_at is not None and now + timedelta(seconds=delay) - first_attempt_at > timedelta(
+        seconds=policy.max_elapsed
+    ):
+        return Decision(
+            State.NEEDS_ATTENTION,
+            f"recovery window of {policy.max_elapsed:g}s since the first attempt is exhausted: {error}",
+        )
+    return Decision(State.READY, f"attempt {attempts} failed, retrying in {delay:.2f}s: {error}", delay)
+
+
+def classify(exc: BaseException) -> tuple[Failure, float | None]:
+    """What a handler's exception means for the retry policy. Anything not
+    declared permanent or an authentication failure counts as transient."""
+    from .errors import AuthError, PermanentError, TransientError
+
+    if isinstance(exc, AuthError):
+        return Failure.AUTH, None
+    if isinstance(exc, PermanentError):
+        return Failure.PERMANENT, None
+    if isinstance(exc, TransientError):
+        return Failure.TRANSIENT, exc.retry_after
+    return Failure.TRANSIENT, None

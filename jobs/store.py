@@ -1,0 +1,594 @@
+"""The Store: the engine's public API (DESIGN §4).
+
+    from jobs.store import Store, Conflict
+
+Every write a worker makes on a job (`renew`, `finish`, `wait`, `fail`,
+`release`) is conditional on its fence — the job's identity `(tenant, key)`
+plus the `lease_epoch` and `worker_id` it was claimed with, while it is LEASED
+— and raises `Conflict` when the fence moved (another worker took the job
+over, or recovery took it back). Every state change is checked against the
+transition table in `states.py` and appends a `JobEvent` in the same
+transaction; an illegal one raises `InvalidTransition` and writes nothing.
+
+Times: `now=None` means the database server's clock; a number is seconds since
+the epoch (tests); a datetime is taken as is. A job enqueued without `run_at`
+is eligible at once, whatever clock a later call passes.
+"""
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from . import claim as claim_sql
+from . import notify
+from .actions import retry_policy
+from .clock import Clock, adapt, to_datetime
+from .errors import Conflict, InvalidTransition, JobNotFound
+from .models import Job, JobEvent
+from .retry import Decision, Failure, decide
+from .states import State, transition
+
+__all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "DEFAULT_TTL"]
+
+DEFAULT_TTL = 30.0
+# PostgreSQL accepts at most 65,535 parameters per statement.
+_ENQUEUE_CHUNK = 4000
+
+_EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at"
+
+# The fence: which rows a worker's write may touch (served by the unique
+# index on (tenant, key)).
+_FENCE = "tenant = %s AND key = %s AND lease_epoch = %s AND worker_id = %s AND state = 'LEASED'"
+
+
+@dataclass
+class JobSpec:
+    """One job for `enqueue_many`."""
+
+    tenant: str
+    key: str
+    action: str = "jobs.noop"
+    payload: dict = field(default_factory=dict)
+    priority: int = 0
+    run_at: Any = None
+    max_attempts: int | None = None
+    subject_type: str = ""
+    subject_id: str = ""
+    subject_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Recovered:
+    tenant: str
+    key: str
+    to_state: str
+    reason: str
+
+
+def _json(value) -> str:
+    return json.dumps(value if value is not None else {}, sort_keys=True, default=str)
+
+
+def _is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+class Store:
+    """Durable jobs: enqueue, claim, fenced writes, waits, recovery.
+
+    Holds no state of its own; every method runs its own short transaction
+    (or joins the caller's), so one Store may be shared between threads.
+    """
+
+    # ------------------------------------------------------------ enqueue
+
+    def enqueue(
+        self,
+        tenant: str,
+        key: str,
+        *,
+        action: str = "jobs.noop",
+        payload: dict | None = None,
+        priority: int = 0,
+        run_at=None,
+        max_attempts: int | None = None,
+        subject_type: str = "",
+        subject_id: str = "",
+        subject_version: int | None = None,
+        actor: str = "",
+        now=None,
+    ) -> Job:
+        """Create the obligation `(tenant, key)` once and return it.
+
+        Idempotent: when the key exists, the existing job is returned
+        unchanged and nothing is written, so a repeated trigger is harmless.
+        Safe under concurrency: the unique constraint decides the race and the
+        loser returns the winner's job. Joins the caller's transaction when
+        there is one (a business change and its job commit together).
+        """
+        existing = Job.objects.filter(tenant=tenant, key=key).first()
+        if existing is not None:
+            return existing
+        clock = Clock.of(now)
+        try:
+            with transaction.atomic():
+                job = Job.objects.create(
+                    tenant=tenant,
+                    key=key,
+                    action=action,
+                    payload=payload or {},
+                    priority=priority,
+                    next_attempt_at=to_datetime(run_at),
+                    max_attempts=max_attempts or retry_policy(action).max_attempts,
+                    subject_type=subject_type,
+                    subject_id=str(subject_id or ""),
+                    subject_version=subject_version,
+                )
+                self._log(job.id, "enqueue", "", State.READY, clock, actor=actor, detail={"action": action})
+                notify.job_ready()
+        except IntegrityError:
+            # Another process created the same key between our read and insert.
+            return Job.objects.get(tenant=tenant, key=key)
+        return job
+
+    def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
+        """Insert many jobs with one INSERT … ON CONFLICT DO NOTHING (per 4,000
+        rows); keys that exist are left alone. Returns how many were created."""
+        specs = list(specs)
+        created = 0
+        for start in range(0, len(specs), _ENQUEUE_CHUNK):
+            created += self._enqueue_chunk(specs[start : start + _ENQUEUE_CHUNK], actor, Clock.of(now))
+        if created:
+            notify.job_ready()
+        return created
+
+    def _enqueue_chunk(self, specs: list[JobSpec], actor: str, clock: Clock) -> int:
+        if not specs:
+            return 0
+        now_sql, now_params = clock.sql()
+        row = f"(%s, %s, %s, %s, %s, %s, %s, 'READY', %s, %s, 0, %s, 0, 0, '', '', '', {now_sql}, {now_sql})"
+        params: list = []
+        for s in specs:
+            params += [
+                s.tenant,
+                s.key,
+                s.action,
+                s.subject_type,
+                str(s.subject_id or ""),
+                s.subject_version,
+                _json(s.payload),
+                s.priority,
+                adapt(to_datetime(s.run_at)) if s.run_at is not None else None,
+                s.max_attempts or retry_policy(s.action).max_attempts,
+                *now_params,
+                *now_params,
+            ]
+        insert = f"""
+            INSERT INTO jobs_job (tenant, key, action, subject_type, subject_id, subject_version,
+                payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries,
+                lease_epoch, worker_id, wait_reason, last_error, created_at, updated_at)
+            VALUES {", ".join([row] * len(specs))}
+            ON CONFLICT (tenant, key) DO NOTHING
+            RETURNING id, created_at
+        """
+        event = f"'enqueue', '', 'READY', 0, '', %s, '', '{{}}'"
+        with transaction.atomic(), connection.cursor() as cursor:
+            if _is_postgres():
+                cursor.execute(
+                    f"WITH inserted AS ({insert}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "
+                    f"SELECT id, {event}, created_at FROM inserted",
+                    [*params, actor],
+                )
+                return cursor.rowcount
+            cursor.execute(insert, params)
+            inserted = cursor.fetchall()
+            if inserted:
+                cursor.executemany(
+                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, {event}, %s)",
+                    [(job_id, actor, created_at) for job_id, created_at in inserted],
+                )
+            return len(inserted)
+
+    # ------------------------------------------------------------ claiming
+
+    def claim(self, tenant: str, key: str, worker_id: str, *, now=None, ttl: float = DEFAULT_TTL) -> int | None:
+        """Lease one named job; return the new `lease_epoch`, or None.
+
+        A READY job that is due is leased; a LEASED job whose lease has
+        expired is taken over (the epoch moves on, fencing out the silent
+        holder). Anything else — leased and alive, waiting, finished — is not
+        claimable and returns None.
+        """
+        clock = Clock.of(now)
+        with transaction.atomic():
+            job = self._locked(tenant, key)
+            at = clock.value()
+            if job.state == State.READY and (job.next_attempt_at is None or job.next_attempt_at <= at):
+                name = "claim"
+            elif job.state == State.LEASED and job.lease_until is not None and job.lease_until <= at:
+                name = "takeover"
+            else:
+                return None
+            transition(name, job.state, State.LEASED)
+            epoch = job.lease_epoch + 1
+            self._write(
+                job,
+                name,
+                State.LEASED,
+                Clock(at),
+                changes={
+                    "lease_epoch": epoch,
+                    "worker_id": worker_id,
+                    "lease_until": Clock(at).plus(ttl),
+                    "attempts": job.attempts + 1,
+                    "first_attempt_at": job.first_attempt_at or at,
+                    "recoveries": job.recoveries + (name == "takeover"),
+                    "wait_reason": "",
+                },
+                actor=worker_id,
+                reason="" if name == "claim" else f"lease of {job.worker_id} (epoch {job.lease_epoch}) expired",
+            )
+            return epoch
+
+    def claim_next(
+        self,
+        worker_id: str,
+        *,
+        tenants: list[str] | None = None,
+        actions: list[str] | None = None,
+        now=None,
+        ttl: float = DEFAULT_TTL,
+    ) -> Job | None:
+        """Lease the next eligible job (see `claim.py` for order and locking)
+        and return it, or None when nothing is eligible."""
+        sql, params = claim_sql.claim_next_sql(
+            worker=worker_id, clock=Clock.of(now), ttl=ttl, tenants=tenants, actions=actions
+        )
+        with transaction.atomic():
+            job = claim_sql.run_claim(sql, params)
+            if job is not None and not _is_postgres():
+                # PostgreSQL logged the claim inside the claim statement.
+                self._log(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
+                          epoch=job.lease_epoch, worker_id=worker_id, actor=worker_id)
+        return job
+
+    # ------------------------------------------------------------ fenced writes
+
+    def renew(self, tenant: str, key: str, worker_id: str, epoch: int, *, ttl: float = DEFAULT_TTL, now=None) -> None:
+        """Extend the lease to now + ttl. Raises `Conflict` if the fence moved."""
+        clock = Clock.of(now)
+        self._fenced(
+            "renew", tenant, key, worker_id, epoch, State.LEASED, clock, {"lease_until": clock.plus(ttl)}, log=False
+        )
+
+    def finish(
+        self, tenant: str, key: str, worker_id: str, epoch: int, *, result=None, now=None, reason: str = ""
+    ) -> None:
+        """Mark the job DONE. Raises `Conflict` if the fence moved."""
+        clock = Clock.of(now)
+        self._fenced(
+            "finish",
+            tenant,
+            key,
+            worker_id,
+            epoch,
+            State.DONE,
+            clock,
+            {"finished_at": clock.plus(0), "lease_until": None, "result": _json(result) if result is not None else None},
+            reason=reason,
+        )
+
+    def wait(
+        self,
+        tenant: str,
+        key: str,
+        worker_id: str,
+        epoch: int,
+        *,
+        state: str = State.WAITING_EXTERNAL,
+        reason: str,
+        wake_at=None,
+        detail: dict | None = None,
+        now=None,
+    ) -> None:
+        """Release the job into a persisted wait (no process sleeps on it).
+
+        `state` is WAITING_EXTERNAL (a reply, a provider) or WAITING_REVIEW (a
+        human). `wake_at`, when given, is when the wait ends by itself.
+        Raises `Conflict` if the fence moved, `InvalidTransition` for any
+        other target state.
+        """
+        clock = Clock.of(now)
+        wake = to_datetime(wake_at)
+        self._fenced(
+            "wait",
+            tenant,
+            key,
+            worker_id,
+            epoch,
+            State(state),
+            clock,
+            {"wait_reason": reason[:500], "wake_at": adapt(wake) if wake else None, "lease_until": None},
+            reason=reason,
+            detail=detail,
+        )
+
+    def fail(
+        self,
+        tenant: str,
+        key: str,
+        worker_id: str,
+        epoch: int,
+        *,
+        error: str,
+        failure: Failure | str = Failure.TRANSIENT,
+        retry_after: float | None = None,
+        detail: dict | None = None,
+        now=None,
+    ) -> Decision:
+        """Record a failed attempt and let the retry policy decide what next:
+        retry (READY at a later `next_attempt_at`), review (WAITING_REVIEW) or
+        an operator (NEEDS_ATTENTION). Returns the decision.
+        Raises `Conflict` if the fence moved."""
+        clock = Clock.of(now)
+        job = self._holder(tenant, key, worker_id, epoch)
+        at = clock.value()
+        decision = decide(
+            failure=Failure(failure),
+            error=error,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            first_attempt_at=job.first_attempt_at,
+            recoveries=job.recoveries,
+            now=at,
+            policy=retry_policy(job.action),
+            retry_after=retry_after,
+        )
+        changes = {"last_error": decision.reason, "lease_until": None}
+        if decision.target == State.READY:
+            changes["next_attempt_at"] = Clock(at).plus(decision.delay or 0)
+        if decision.target == State.WAITING_REVIEW:
+            changes["wait_reason"] = decision.reason[:500]
+        self._fenced(
+            "fail",
+            tenant,
+            key,
+            worker_id,
+            epoch,
+            decision.target,
+            Clock(at),
+            changes,
+            reason=decision.reason,
+            detail={"failure": str(Failure(failure)), "delay": decision.delay, **(detail or {})},
+        )
+        return decision
+
+    def release(self, tenant: str, key: str, worker_id: str, epoch: int, *, reason: str, now=None) -> None:
+        """Hand a job back untouched (e.g. shutdown before its handler began):
+        READY at once, and the attempt it was claimed for is not counted."""
+        job = self._holder(tenant, key, worker_id, epoch)
+        clock = Clock.of(now)
+        self._fenced(
+            "release",
+            tenant,
+            key,
+            worker_id,
+            epoch,
+            State.READY,
+            clock,
+            {"attempts": max(0, job.attempts - 1), "lease_until": None, "next_attempt_at": None},
+            reason=reason,
+        )
+
+    # ------------------------------------------------------------ decisions from outside the lease
+
+    def resume(self, tenant: str, key: str, *, reason: str, actor: str = "", detail: dict | None = None, now=None) -> Job:
+        """End a wait (a reply arrived, a timer fired, a reviewer approved):
+        the job is READY at once. Raises `InvalidTransition` unless it waits."""
+        return self._decide_on(tenant, key, "resume", State.READY, reason, actor, detail, now,
+                               extra={"next_attempt_at": None})
+
+    def retry(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """An operator sends a job that needs attention (or review) back to
+        work with a fresh attempt budget."""
+        return self._decide_on(tenant, key, "retry", State.READY, reason, actor, detail, now,
+                               extra={"next_attempt_at": None, "attempts": 0, "first_attempt_at": None,
+                                      "recoveries": 0})
+
+    def resolve(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """An operator marks the obligation fulfilled, with evidence in
+        `detail` (e.g. "the provider shows it was sent")."""
+        return self._decide_on(tenant, key, "resolve", State.DONE, reason, actor, detail, now, finished=True)
+
+    def cancel(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """Cancel a job that is not running (terminal, not a success)."""
+        return self._decide_on(tenant, key, "cancel", State.CANCELLED, reason, actor, detail, now, finished=True)
+
+    def escalate(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """Send a job that is not running to an operator (NEEDS_ATTENTION)."""
+        return self._decide_on(tenant, key, "escalate", State.NEEDS_ATTENTION, reason, actor, detail, now)
+
+    def _decide_on(self, tenant, key, name, target, reason, actor, detail, now, *, extra=None, finished=False) -> Job:
+        clock = Clock.of(now)
+        with transaction.atomic():
+            job = self._locked(tenant, key)
+            transition(name, job.state, target)
+            changes = {"wait_reason": "", "wake_at": None, **(extra or {})}
+            if finished:
+                changes["finished_at"] = clock.plus(0)
+            self._write(job, name, target, clock, changes, actor=actor, reason=reason, detail=detail)
+        if target == State.READY:
+            notify.job_ready()
+        return Job.objects.get(pk=job.pk)
+
+    # ------------------------------------------------------------ recovery
+
+    def recover_expired(self, *, limit: int = 100, now=None, actor: str = "recovery") -> list[Recovered]:
+        """Take back at most `limit` expired leases: each goes to READY, or to
+        NEEDS_ATTENTION when its attempts, recovery window or recovery count
+        are exhausted (the retry policy decides). Bounded and SKIP LOCKED, so
+        several workers may sweep at once without blocking each other."""
+        clock = Clock.of(now)
+        recovered = []
+        with transaction.atomic():
+            at = clock.value()
+            expired = Job.objects.filter(state=State.LEASED, lease_until__lte=at).order_by("lease_until")
+            if _is_postgres():
+                expired = expired.select_for_update(skip_locked=True)
+            for job in expired[:limit]:
+                decision = decide(
+                    failure=Failure.LOST_LEASE,
+                    error=f"worker {job.worker_id} did not renew its lease (epoch {job.lease_epoch})",
+                    attempts=job.attempts,
+                    max_attempts=job.max_attempts,
+                    first_attempt_at=job.first_attempt_at,
+                    recoveries=job.recoveries + 1,
+                    now=at,
+                    policy=retry_policy(job.action),
+                    retry_after=0.0,
+                )
+                self._write(
+                    job,
+                    "recover",
+                    decision.target,
+                    Clock(at),
+                    {"recoveries": job.recoveries + 1, "lease_until": None, "next_attempt_at": None,
+                     "last_error": decision.reason},
+                    actor=actor,
+                    reason=decision.reason,
+                )
+                recovered.append(Recovered(job.tenant, job.key, decision.target, decision.reason))
+        if any(r.to_state == State.READY for r in recovered):
+            notify.job_ready()
+        return recovered
+
+    def wake_due(self, *, limit: int = 100, now=None, actor: str = "timer") -> int:
+        """Resume waiting jobs whose `wake_at` has passed (bounded)."""
+        clock = Clock.of(now)
+        woken = 0
+        with transaction.atomic():
+            at = clock.value()
+            due = Job.objects.filter(
+                state__in=[State.WAITING_EXTERNAL, State.WAITING_REVIEW], wake_at__lte=at
+            ).order_by("wake_at")
+            if _is_postgres():
+                due = due.select_for_update(skip_locked=True)
+            for job in due[:limit]:
+                self._write(
+                    job, "resume", State.READY, Clock(at),
+                    {"wait_reason": "", "wake_at": None, "next_attempt_at": None},
+                    actor=actor, reason=f"wait ended at its wake-up time ({job.wait_reason})",
+                )
+                woken += 1
+        if woken:
+            notify.job_ready()
+        return woken
+
+    # ------------------------------------------------------------ internals
+
+    def _locked(self, tenant: str, key: str) -> Job:
+        """The job, row-locked for the rest of the transaction (SQLite: the
+        immediate transaction already holds the database's write lock)."""
+        try:
+            return Job.objects.select_for_update().get(tenant=tenant, key=key)
+        except Job.DoesNotExist:
+            raise JobNotFound(f"no job {tenant}/{key}") from None
+
+    def _holder(self, tenant: str, key: str, worker_id: str, epoch: int) -> Job:
+        """The job as held under this fence, or `Conflict`."""
+        job = Job.objects.filter(tenant=tenant, key=key).first()
+        if job is None:
+            raise JobNotFound(f"no job {tenant}/{key}")
+        if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
+            raise self._conflict(job, worker_id, epoch)
+        return job
+
+    @staticmethod
+    def _conflict(job: Job, worker_id: str, epoch: int) -> Conflict:
+        return Conflict(
+            f"{job.tenant}/{job.key}: fence (epoch {epoch}, {worker_id}) no longer holds; "
+            f"the job is {job.state} at epoch {job.lease_epoch} ({job.worker_id or 'no worker'})"
+        )
+
+    def _fenced(self, name, tenant, key, worker_id, epoch, target, clock, changes, *, reason="", detail=None, log=True):
+        """One conditional UPDATE under the fence plus its event.
+
+        PostgreSQL: a single statement (the event is inserted from the
+        UPDATE's RETURNING). SQLite: two statements in one immediate
+        transaction. Zero rows updated means the fence moved → `Conflict`.
+        """
+        transition(name, State.LEASED, target)
+        now_sql, now_params = clock.sql()
+        sets, params = [f"state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
+        for column, value in changes.items():
+            expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
+            sets.append(f"{column} = {expr}")
+            params += values
+        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
+        params += [tenant, key, epoch, worker_id]
+        event = [name, State.LEASED, str(target), worker_id, worker_id, reason, _json(detail)]
+        with transaction.atomic(), connection.cursor() as cursor:
+            if _is_postgres() and log:
+                cursor.execute(
+                    f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "
+                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql} FROM changed",
+                    [*params, *event, *now_params],
+                )
+                written = cursor.rowcount
+            else:
+                cursor.execute(update, params)
+                rows = cursor.fetchall()
+                written = len(rows)
+                if rows and log:
+                    cursor.execute(
+                        f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
+                        [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params],
+                    )
+        if not written:
+            job = Job.objects.filter(tenant=tenant, key=key).first()
+            if job is None:
+                raise JobNotFound(f"no job {tenant}/{key}")
+            raise self._conflict(job, worker_id, epoch)
+
+    def _write(self, job: Job, name, target, clock, changes, *, actor="", reason="", detail=None) -> None:
+        """Apply a checked transition to a row locked by the caller."""
+        now_sql, now_params = clock.sql()
+        sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
+        for column, value in changes.items():
+            expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
+            sets.append(f"{column} = {expr}")
+            params += values
+        with connection.cursor() as cursor:
+            # The state in WHERE makes the database refuse a change the row's
+            # current state does not allow, even if the caller's lock was lost.
+            cursor.execute(
+                f"UPDATE jobs_job SET {', '.join(sets)} WHERE id = %s AND state = %s AND lease_epoch = %s",
+                [*params, job.id, job.state, job.lease_epoch],
+            )
+            if cursor.rowcount != 1:
+                raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
+        epoch = changes.get("lease_epoch", job.lease_epoch)
+        worker = changes.get("worker_id", job.worker_id)
+        self._log(job.id, name, job.state, target, clock, epoch=epoch, worker_id=worker, actor=actor,
+                  reason=reason, detail=detail)
+
+    def _log(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="", actor="",
+             reason="", detail=None) -> None:
+        now_sql, now_params = clock.sql()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
+                [job_id, kind, str(from_state), str(to_state), epoch, worker_id, actor, reason, _json(detail),
+                 *now_params],
+            )
+
+
+def _db_value(value):
+    if isinstance(value, datetime):
+        return adapt(value)
+    if isinstance(value, dict):
+        return _json(value)
+    return value

@@ -1,0 +1,54 @@
+"""Fixtures for the connector tests: real simulator subprocesses, real HTTP.
+
+Nothing here touches Django's database.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from connectors.email_http import HttpEmailConnector
+from connectors.registry import build_http_connector
+from connectors.simulator_process import SimulatorHandle, start_simulator
+
+
+@pytest.fixture
+def start_sim(tmp_path) -> Iterator[Callable[..., SimulatorHandle]]:
+    """Start simulator subprocesses (quiet, storage under tmp_path); all are stopped at teardown."""
+    started: list[SimulatorHandle] = []
+
+    def start(mode: str = "idempotent", *, db_name: str = "provider.sqlite3", **options: Any) -> SimulatorHandle:
+        handle = start_simulator(mode=mode, db_path=tmp_path / db_name, quiet=True, **options)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
+def connector_for() -> Callable[..., HttpEmailConnector]:
+    """A connector with a provider's declared capabilities, aimed at a given simulator."""
+
+    def build(provider_name: str, sim_or_url: SimulatorHandle | str, *, read_timeout: float = 3.0) -> HttpEmailConnector:
+        url = sim_or_url if isinstance(sim_or_url, str) else sim_or_url.url
+        return build_http_connector(
+            provider_name, base_url=url, api_key="test-key", connect_timeout=1.0, read_timeout=read_timeout
+        )
+
+    return build
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A URL on which nothing listens: connecting to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Closed without listen(): the port is free, so a connect gets RST.
+    return f"http://127.0.0.1:{port}"

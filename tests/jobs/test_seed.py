@@ -1,0 +1,45 @@
+"""The contract from the seed (DESIGN §4), verbatim, on whichever database runs."""
+
+import pytest
+
+
+@pytest.mark.django_db
+def test_seed_snippet_runs_unchanged():
+    from jobs.store import Store, Conflict
+
+    store = Store()
+    store.enqueue("studio", "send-quote-017")
+    epoch_a = store.claim("studio", "send-quote-017", "worker-a", now=100, ttl=30)
+    assert epoch_a == 1
+    assert store.claim("studio", "send-quote-017", "worker-b", now=110) is None
+    epoch_b = store.claim("studio", "send-quote-017", "worker-b", now=131)
+    assert epoch_b == 2
+    try:
+        store.finish("studio", "send-quote-017", "worker-a", epoch_a, now=132)
+        raise AssertionError("old worker should have been fenced out")
+    except Conflict:
+        pass
+    store.finish("studio", "send-quote-017", "worker-b", epoch_b, now=132)
+
+
+@pytest.mark.django_db
+def test_seed_history_shows_claim_takeover_and_the_new_workers_finish():
+    from jobs.models import Job
+    from jobs.store import Conflict, Store
+
+    store = Store()
+    store.enqueue("studio", "send-quote-017")
+    store.claim("studio", "send-quote-017", "worker-a", now=100, ttl=30)
+    store.claim("studio", "send-quote-017", "worker-b", now=131)
+    with pytest.raises(Conflict):
+        store.finish("studio", "send-quote-017", "worker-a", 1, now=132)
+    store.finish("studio", "send-quote-017", "worker-b", 2, now=132)
+
+    job = Job.objects.get(tenant="studio", key="send-quote-017")
+    assert job.state == "DONE"
+    assert [(e.kind, e.to_state, e.epoch, e.worker_id) for e in job.events.all()] == [
+        ("enqueue", "READY", 0, ""),
+        ("claim", "LEASED", 1, "worker-a"),
+        ("takeover", "LEASED", 2, "worker-b"),
+        ("finish", "DONE", 2, "worker-b"),
+    ]

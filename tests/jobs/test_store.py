@@ -1,0 +1,250 @@
+"""Store behaviour on a real database (SQLite or PostgreSQL)."""
+
+import pytest
+
+from jobs.errors import Conflict, InvalidTransition, JobNotFound
+from jobs.models import Job, JobEvent
+from jobs.store import JobSpec
+
+pytestmark = pytest.mark.django_db
+
+
+def snapshot(tenant="studio", key="q-1"):
+    job = Job.objects.get(tenant=tenant, key=key)
+    row = {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields if f.attname != "updated_at"}
+    return row, JobEvent.objects.filter(job=job).count()
+
+
+def test_enqueue_twice_yields_one_job_and_one_history_row(store):
+    first = store.enqueue("studio", "q-1", payload={"n": 1})
+    second = store.enqueue("studio", "q-1", payload={"n": 2})
+    assert first.pk == second.pk
+    assert Job.objects.filter(tenant="studio", key="q-1").count() == 1
+    assert second.payload == {"n": 1}
+    assert JobEvent.objects.filter(job=first, kind="enqueue").count() == 1
+
+
+def test_same_key_in_two_tenants_is_two_jobs(store):
+    store.enqueue("studio", "q-1")
+    store.enqueue("bakery", "q-1")
+    assert Job.objects.filter(key="q-1").count() == 2
+
+
+def test_enqueue_many_creates_only_new_keys(store):
+    store.enqueue("studio", "k-0")
+    created = store.enqueue_many([JobSpec("studio", f"k-{i}", payload={"i": i}) for i in range(50)])
+    assert created == 49
+    assert Job.objects.filter(tenant="studio").count() == 50
+    assert Job.objects.get(key="k-7").payload == {"i": 7}
+    assert JobEvent.objects.filter(kind="enqueue").count() == 50
+
+
+def test_job_without_run_at_is_eligible_whatever_clock_a_claim_passes(store):
+    store.enqueue("studio", "q-1")
+    assert store.claim("studio", "q-1", "w", now=5) == 1
+
+
+def test_job_with_run_at_waits_until_then(store):
+    store.enqueue("studio", "q-1", run_at=200)
+    assert store.claim("studio", "q-1", "w", now=199) is None
+    assert store.claim_next("w", now=199) is None
+    assert store.claim("studio", "q-1", "w", now=200) == 1
+
+
+def test_claim_next_orders_by_priority_then_due_time_then_id(store):
+    store.enqueue("studio", "late", run_at=50)
+    store.enqueue("studio", "plain-1")
+    store.enqueue("studio", "urgent", priority=9)
+    store.enqueue("studio", "plain-2")
+    order = [store.claim_next("w", now=100).key for _ in range(4)]
+    assert order == ["urgent", "plain-1", "plain-2", "late"]
+    assert store.claim_next("w", now=100) is None
+
+
+def test_claim_next_filters_by_tenant_and_action(store):
+    store.enqueue("studio", "a", action="jobs.noop")
+    store.enqueue("bakery", "b", action="other.thing")
+    assert store.claim_next("w", tenants=["bakery"], actions=["jobs.noop"], now=1) is None
+    job = store.claim_next("w", tenants=["bakery"], actions=["other.thing"], now=1)
+    assert (job.tenant, job.key, job.state, job.lease_epoch, job.worker_id) == ("bakery", "b", "LEASED", 1, "w")
+
+
+def test_claim_counts_the_attempt_and_remembers_the_first(store):
+    store.enqueue("studio", "q-1")
+    job = store.claim_next("w", now=100)
+    assert job.attempts == 1
+    store.fail("studio", "q-1", "w", 1, error="timeout", now=101)
+    Job.objects.filter(key="q-1").update(next_attempt_at=None)
+    again = store.claim_next("w", now=500)
+    assert again.attempts == 2
+    assert again.first_attempt_at.timestamp() == 100
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda s, e: s.renew("studio", "q-1", "worker-a", e, now=140),
+        lambda s, e: s.finish("studio", "q-1", "worker-a", e, now=140),
+        lambda s, e: s.wait("studio", "q-1", "worker-a", e, reason="reply", now=140),
+        lambda s, e: s.fail("studio", "q-1", "worker-a", e, error="boom", now=140),
+        lambda s, e: s.release("studio", "q-1", "worker-a", e, reason="shutdown", now=140),
+    ],
+    ids=["renew", "finish", "wait", "fail", "release"],
+)
+def test_stale_worker_writes_raise_conflict_and_change_nothing(store, write):
+    store.enqueue("studio", "q-1")
+    old = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)
+    assert store.claim("studio", "q-1", "worker-b", now=131) == old + 1
+    before = snapshot()
+    with pytest.raises(Conflict):
+        write(store, old)
+    assert snapshot() == before
+
+
+def test_writes_after_recovery_are_fenced_out_even_before_a_new_claim(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)
+    store.recover_expired(now=200)
+    assert Job.objects.get(key="q-1").state == "READY"
+    with pytest.raises(Conflict):
+        store.finish("studio", "q-1", "worker-a", epoch, now=201)
+
+
+def test_wrong_worker_with_right_epoch_is_a_conflict(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "worker-a", now=100)
+    with pytest.raises(Conflict):
+        store.finish("studio", "q-1", "worker-b", epoch, now=101)
+
+
+def test_unknown_job_is_not_found(store):
+    with pytest.raises(JobNotFound):
+        store.finish("studio", "nope", "w", 1)
+    with pytest.raises(JobNotFound):
+        store.resume("studio", "nope", reason="x")
+
+
+def test_renew_extends_the_lease_so_it_cannot_be_taken_over(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)
+    store.renew("studio", "q-1", "worker-a", epoch, ttl=30, now=125)
+    assert store.claim("studio", "q-1", "worker-b", now=140) is None
+    assert store.claim("studio", "q-1", "worker-b", now=156) == epoch + 1
+
+
+def test_wait_persists_the_condition_and_resume_makes_it_ready(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    store.wait("studio", "q-1", "w", epoch, reason="customer reply", now=101)
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.wait_reason, job.lease_until) == ("WAITING_EXTERNAL", "customer reply", None)
+    assert store.claim_next("w2", now=10_000) is None
+    store.resume("studio", "q-1", reason="reply received", actor="inbound", now=102)
+    assert store.claim_next("w2", now=103).key == "q-1"
+
+
+def test_wait_for_review_and_wake_up_time(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    store.wait("studio", "q-1", "w", epoch, state="WAITING_REVIEW", reason="check terms", wake_at=300, now=101)
+    assert store.wake_due(now=299) == 0
+    assert store.wake_due(now=300) == 1
+    assert Job.objects.get(key="q-1").state == "READY"
+
+
+def test_wait_into_a_non_waiting_state_is_invalid_and_writes_nothing(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    before = snapshot()
+    with pytest.raises(InvalidTransition):
+        store.wait("studio", "q-1", "w", epoch, state="DONE", reason="x", now=101)
+    assert snapshot() == before
+
+
+def test_resume_of_a_job_that_is_not_waiting_is_invalid_and_writes_nothing(store):
+    store.enqueue("studio", "q-1")
+    before = snapshot()
+    with pytest.raises(InvalidTransition):
+        store.resume("studio", "q-1", reason="stray reply")
+    assert snapshot() == before
+
+
+def test_transient_failure_retries_later_with_the_error_recorded(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    decision = store.fail("studio", "q-1", "w", epoch, error="provider timeout", now=101)
+    job = Job.objects.get(key="q-1")
+    assert job.state == "READY"
+    assert "provider timeout" in job.last_error
+    assert 0 <= job.next_attempt_at.timestamp() - 101 <= decision.delay + 1e-3
+    assert job.events.last().kind == "fail"
+
+
+def test_permanent_failure_goes_to_review_with_its_reason(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    store.fail("studio", "q-1", "w", epoch, error="recipient has no @", failure="permanent", now=101)
+    job = Job.objects.get(key="q-1")
+    assert job.state == "WAITING_REVIEW"
+    assert "recipient has no @" in job.wait_reason
+
+
+def test_exhausted_attempts_need_attention(store):
+    store.enqueue("studio", "q-1", max_attempts=2)
+    for attempt, now in ((1, 100), (2, 1000)):
+        Job.objects.filter(key="q-1").update(next_attempt_at=None)
+        epoch = store.claim("studio", "q-1", "w", now=now)
+        store.fail("studio", "q-1", "w", epoch, error=f"boom {attempt}", now=now + 1)
+    job = Job.objects.get(key="q-1")
+    assert job.state == "NEEDS_ATTENTION"
+    assert "gave up after 2 attempts" in job.last_error
+
+
+def test_recover_expired_is_bounded(store):
+    store.enqueue_many([JobSpec("studio", f"k-{i}") for i in range(25)])
+    for _ in range(25):
+        store.claim_next("w", now=100, ttl=10)
+    recovered = store.recover_expired(limit=10, now=200)
+    assert len(recovered) == 10
+    assert Job.objects.filter(state="READY").count() == 10
+    assert Job.objects.filter(state="LEASED").count() == 15
+
+
+def test_recover_does_not_touch_live_leases(store):
+    store.enqueue("studio", "q-1")
+    store.claim("studio", "q-1", "w", now=100, ttl=30)
+    assert store.recover_expired(now=129) == []
+    assert Job.objects.get(key="q-1").state == "LEASED"
+
+
+def test_recover_sends_jobs_past_max_attempts_to_attention(store):
+    store.enqueue("studio", "spent", max_attempts=1)
+    store.enqueue("studio", "fresh", max_attempts=3)
+    store.claim("studio", "spent", "w", now=100, ttl=10)
+    store.claim("studio", "fresh", "w", now=100, ttl=10)
+    outcome = {r.key: r.to_state for r in store.recover_expired(now=200)}
+    assert outcome == {"spent": "NEEDS_ATTENTION", "fresh": "READY"}
+    assert "did not renew" in Job.objects.get(key="spent").last_error
+
+
+def test_operator_retry_resolve_and_cancel(store):
+    store.enqueue("studio", "q-1", max_attempts=1)
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    store.fail("studio", "q-1", "w", epoch, error="auth", failure="auth", now=101)
+    store.retry("studio", "q-1", reason="key rotated", actor="ops@example.com")
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.attempts) == ("READY", 0)
+    store.cancel("studio", "q-1", reason="customer withdrew", actor="ops@example.com")
+    with pytest.raises(InvalidTransition):
+        store.resolve("studio", "q-1", reason="late", actor="ops@example.com")
+    events = list(Job.objects.get(key="q-1").events.values_list("kind", "actor"))
+    assert events[-2:] == [("retry", "ops@example.com"), ("cancel", "ops@example.com")]
+
+
+def test_finish_stores_the_result(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    store.finish("studio", "q-1", "w", epoch, result={"sent": True}, now=101)
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.result, job.lease_until) == ("DONE", {"sent": True}, None)
+    assert job.finished_at.timestamp() == 101
