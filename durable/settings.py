@@ -90,6 +90,16 @@ PROVIDER_URL = env("PROVIDER_URL", default="http://127.0.0.1:8025")
 PROVIDER_CONNECT_TIMEOUT = env.float("PROVIDER_CONNECT_TIMEOUT", default=2.0)
 PROVIDER_READ_TIMEOUT = env.float("PROVIDER_READ_TIMEOUT", default=5.0)
 
+# Inbound webhooks (DESIGN §7): per-provider HMAC-SHA256 secrets, e.g.
+# INBOUND_WEBHOOK_SECRETS="sim=abc123,mailer=def456"; requests older than the
+# allowed clock skew are refused.
+INBOUND_WEBHOOK_SECRETS = env.dict("INBOUND_WEBHOOK_SECRETS", default={})
+INBOUND_MAX_SKEW_SECONDS = env.int("INBOUND_MAX_SKEW_SECONDS", default=300)
+
+# Tenant fairness (DESIGN §5): at most this many concurrent leases per tenant
+# (0 = no cap); tenants are served least-loaded first either way.
+JOBS_TENANT_LEASE_CAP = env.int("JOBS_TENANT_LEASE_CAP", default=0)
+
 # django-q2 is the calendar, never the executor (DESIGN §13).
 Q_CLUSTER = {"name": "durable-calendar", "orm": "default", "workers": 1, "timeout": 300, "retry": 600}
 

@@ -116,6 +116,11 @@ class JobContext:
     def payload(self) -> dict:
         return self.job.payload
 
+    def under_fence(self):
+        """`Store.under_fence` for this job's lease: write other rows (an
+        operation intent, a receipt) only while the lease is still ours."""
+        return self.store.under_fence(self.tenant, self.key, self.worker_id, self.epoch)
+
     def check_fence(self) -> None:
         """Raise `Conflict` if this worker no longer holds the job."""
         from .errors import Conflict

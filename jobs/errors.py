@@ -45,5 +45,10 @@ class PermanentError(HandlerFailure):
     """Validation: retrying cannot help, a human must look (→ WAITING_REVIEW)."""
 
 
+class NeedsAttention(HandlerFailure):
+    """Only a human can decide what happens next (e.g. an external effect whose
+    outcome cannot be reconciled): → NEEDS_ATTENTION with this reason, no retry."""
+
+
 class AuthError(HandlerFailure):
     """Credentials were refused: never retried in a loop (→ NEEDS_ATTENTION)."""

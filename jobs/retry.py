@@ -99,8 +99,10 @@ def decide(
 def classify(exc: BaseException) -> tuple[Failure, float | None]:
     """What a handler's exception means for the retry policy. Anything not
     declared permanent or an authentication failure counts as transient."""
-    from .errors import AuthError, PermanentError, TransientError
+    from .errors import AuthError, NeedsAttention, PermanentError, TransientError
 
+    if isinstance(exc, NeedsAttention):
+        return Failure.ATTENTION, None
     if isinstance(exc, AuthError):
         return Failure.AUTH, None
     if isinstance(exc, PermanentError):

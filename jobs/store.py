@@ -16,6 +16,7 @@ is eligible at once, whatever clock a later call passes.
 """
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -382,6 +383,22 @@ class Store:
             {"attempts": max(0, job.attempts - 1), "lease_until": None, "next_attempt_at": None},
             reason=reason,
         )
+
+    @contextmanager
+    def under_fence(self, tenant: str, key: str, worker_id: str, epoch: int):
+        """A transaction in which the caller's fence is verified and held:
+        the job row is locked (PostgreSQL `FOR UPDATE`; SQLite's immediate
+        transaction holds the write lock), so no takeover can commit until the
+        block ends. Other rows written inside (an operation intent, a
+        receipt) therefore commit only if the fence still held. Raises
+        `Conflict` if it does not hold; yields the job."""
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(tenant=tenant, key=key).first()
+            if job is None:
+                raise JobNotFound(f"no job {tenant}/{key}")
+            if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
+                raise self._conflict(job, worker_id, epoch)
+            yield job
 
     # ------------------------------------------------------------ decisions from outside the lease
 

@@ -1,0 +1,6 @@
+"""Settings for the test suite: the real settings plus a test-only subject app."""
+
+from .settings import *  # noqa: F403
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast users in tests
