@@ -58,10 +58,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DB_PATH = PROJECT_ROOT / "var" / "provider-simulator.sqlite3"
 DEFAULT_RETRY_AFTER_SECONDS = 1
 
-# The customer-visible effect of a message: exactly these keys, in the listing,
-# in lookups, in GET by id and in the 201 answer.
-MESSAGE_KEYS = ("id", "idempotency_key", "client_reference", "to", "subject", "accepted_at")
-
 # A bound on what one request may make us buffer; an email body is far smaller.
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -198,6 +194,8 @@ class MessageStore:
 
     @staticmethod
     def _as_message(row: sqlite3.Row) -> dict[str, Any]:
+        # The customer-visible effect of a message (DESIGN §10): exactly these
+        # keys, in the listing, in lookups, in GET by id and in the 201 answer.
         return {
             "id": row["id"],
             "idempotency_key": row["idempotency_key"],
