@@ -1,27 +1,45 @@
 """Claim SQL: the hot path, written where it can be read.
 
-Both back ends run the same semantics: pick the first eligible READY job in
-`priority DESC, next_attempt_at (NULL = at once, first), id` order, move it to
+Both back ends run the same semantics: pick an eligible READY job, move it to
 LEASED with `lease_epoch + 1`, the worker's id and `lease_until = now + ttl`,
 count the attempt, and append the claim to the job's history — in one
 transaction.
 
-PostgreSQL does it in ONE statement: a CTE picks the candidate with
-`FOR UPDATE SKIP LOCKED` (concurrent claimers step over each other's row
-instead of queueing behind it), updates it and inserts the event. The
-candidate scan is served by the partial index `job_claim_ready`
-(migration 0002: `(priority DESC, next_attempt_at NULLS FIRST, id) WHERE
-state = 'READY'`), so DONE and WAITING rows are never visited.
+Which job: tenants are served **least-loaded first** (fewest LEASED jobs right
+now; ties broken by lottery so no tenant is systematically first), and within
+a tenant by `priority DESC, next_attempt_at (NULL = at once, first), id`. A
+tenant at `JOBS_TENANT_LEASE_CAP` concurrent leases is skipped; the others are
+not held back by it. So one tenant's backlog of 10,000 cannot starve another
+tenant's 10 jobs: those start within a claim or two of being enqueued.
+
+PostgreSQL does it in ONE statement (`_FAIR_PG`): a recursive CTE walks the
+distinct tenants with READY rows (a loose index scan, one probe per tenant,
+on `job_claim_tenant`), takes each tenant's first few eligible jobs from the
+same index, orders them by tenant load, then locks one with
+`FOR UPDATE SKIP LOCKED` — concurrent claimers step over each other's rows
+instead of queueing — updates it and inserts the event. DONE and WAITING rows
+are never visited: both claim indexes are partial on `state = 'READY'`
+(migration 0002). If every candidate was locked by concurrent claimers the
+plain global claim (`_GLOBAL_PG`, index `job_claim_ready`) runs, so contention
+never makes a busy queue look empty.
 
 SQLite has no row locks: the claim runs inside `BEGIN IMMEDIATE` (settings set
 `transaction_mode`), which takes the database's write lock before reading, so
-two claimers are serialised and never both see the same job as eligible.
+two claimers are serialised and never both see the same job as eligible; the
+tenant is chosen by a small query first.
 """
 
+import secrets
+
+from django.conf import settings
 from django.db import connection
 
 from .clock import Clock
 from .models import Job
+
+# Candidates looked at per tenant: enough that concurrent claimers on one
+# tenant rarely find all of them locked (then the global claim runs).
+HEADS_PER_TENANT = 8
 
 _SET_LEASED = """
     state = 'LEASED',
@@ -36,68 +54,164 @@ _SET_LEASED = """
 
 _ELIGIBLE = "state = 'READY' AND (next_attempt_at IS NULL OR next_attempt_at <= {now})"
 
+# Shared tail of both PostgreSQL statements: lease the candidate, log the claim.
+_LEASE_AND_LOG_PG = """
+    claimed AS (
+        UPDATE jobs_job AS j SET {set_leased}
+        FROM candidate WHERE j.id = candidate.id
+        RETURNING j.*
+    ), logged AS (
+        INSERT INTO jobs_jobevent
+            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
+        SELECT id, 'claim', 'READY', 'LEASED', lease_epoch, worker_id, worker_id, '', '{{}}', updated_at
+        FROM claimed
+    )
+    SELECT * FROM claimed
+"""
 
-def _filters(tenants, actions, params) -> str:
-    sql = ""
-    if tenants:
-        names = [f"%(tenant{i})s" for i in range(len(tenants))]
-        params.update({f"tenant{i}": t for i, t in enumerate(tenants)})
-        sql += f" AND tenant IN ({', '.join(names)})"
-    if actions:
-        names = [f"%(action{i})s" for i in range(len(actions))]
-        params.update({f"action{i}": a for i, a in enumerate(actions)})
-        sql += f" AND action IN ({', '.join(names)})"
-    return sql
+_FAIR_PG = """
+    WITH RECURSIVE tenants AS (
+        (SELECT tenant FROM jobs_job WHERE state = 'READY' {tenant_filter} ORDER BY tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT n.tenant FROM jobs_job AS n
+                WHERE n.state = 'READY' AND n.tenant > t.tenant {tenant_filter}
+                ORDER BY n.tenant LIMIT 1)
+        FROM tenants AS t WHERE t.tenant IS NOT NULL
+    ), load AS (
+        SELECT tenant, count(*) AS leased FROM jobs_job WHERE state = 'LEASED' GROUP BY tenant
+    ), heads AS MATERIALIZED (
+        SELECT h.id, t.tenant, COALESCE(l.leased, 0) AS leased,
+               md5(t.tenant || %(lottery)s) AS lottery, h.priority, h.next_attempt_at
+        FROM tenants AS t
+        LEFT JOIN load AS l ON l.tenant = t.tenant
+        CROSS JOIN LATERAL (
+            SELECT id, priority, next_attempt_at FROM jobs_job
+            WHERE tenant = t.tenant AND {eligible} {action_filter}
+            -- "tenant" leads so only job_claim_tenant can serve this order.
+            ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+            LIMIT {heads}
+        ) AS h
+        WHERE t.tenant IS NOT NULL {cap_filter}
+    ), ordered AS (
+        SELECT ARRAY(SELECT id FROM heads ORDER BY leased, lottery, priority DESC,
+                                                   next_attempt_at ASC NULLS FIRST, id) AS ids
+    ), candidate AS (
+        -- At most HEADS_PER_TENANT rows per tenant, fetched and locked
+        -- through the primary key in the order chosen above; a row another
+        -- claimer took meanwhile fails the state re-check or is skipped.
+        SELECT j.id FROM jobs_job AS j, ordered
+        WHERE j.id = ANY(ordered.ids) AND j.state = 'READY'
+        ORDER BY array_position(ordered.ids, j.id)
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    ),
+""" + _LEASE_AND_LOG_PG
+
+_GLOBAL_PG = """
+    WITH candidate AS (
+        SELECT id FROM jobs_job
+        WHERE {eligible} {tenant_filter} {action_filter}
+        ORDER BY priority DESC, next_attempt_at ASC NULLS FIRST, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ),
+""" + _LEASE_AND_LOG_PG
+
+# SQLite sorts NULLs first on its own (and has no NULLS FIRST in indexes).
+_SQLITE = """
+    UPDATE jobs_job AS j SET {set_leased}
+    WHERE j.id = (SELECT id FROM jobs_job WHERE {eligible} {tenant_filter} {action_filter}
+                  ORDER BY priority DESC, next_attempt_at ASC, id LIMIT 1)
+    RETURNING *
+"""
 
 
-def _named(clock: Clock, plus: float, name: str, params: dict) -> str:
-    """Bind a clock expression under a parameter name (the SQL below uses pyformat)."""
-    expr, values = clock.sql(plus)
-    for i, value in enumerate(values):
-        key = f"{name}{i}"
-        params[key] = value
-        expr = expr.replace("%s", f"%({key})s", 1)
-    return expr
+class _Params(dict):
+    def bind(self, name: str, values) -> str:
+        """`IN (…)` over named parameters."""
+        names = []
+        for i, value in enumerate(values):
+            self[f"{name}{i}"] = value
+            names.append(f"%({name}{i})s")
+        return ", ".join(names)
+
+    def clock(self, clock: Clock, plus: float, name: str) -> str:
+        expr, values = clock.sql(plus)
+        for i, value in enumerate(values):
+            self[f"{name}{i}"] = value
+            expr = expr.replace("%s", f"%({name}{i})s", 1)
+        return expr
 
 
-def claim_next_sql(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None) -> tuple[str, dict]:
-    params: dict = {"worker": worker}
-    now = _named(clock, 0, "now", params)
-    until = _named(clock, ttl, "until", params)
-    where = _ELIGIBLE.format(now=now) + _filters(tenants, actions, params)
-    order = "priority DESC, next_attempt_at ASC NULLS FIRST, id"
+def lease_cap() -> int:
+    return int(getattr(settings, "JOBS_TENANT_LEASE_CAP", 0) or 0)
+
+
+def claim_next(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None) -> Job | None:
+    """Lease the next eligible job; the caller provides the transaction on
+    SQLite (PostgreSQL statements are atomic on their own)."""
     if connection.vendor == "postgresql":
-        sql = f"""
-            WITH candidate AS (
-                SELECT id FROM jobs_job
-                WHERE {where}
-                ORDER BY {order}
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED
-            ), claimed AS (
-                UPDATE jobs_job AS j SET {_SET_LEASED.format(now=now, until=until)}
-                FROM candidate WHERE j.id = candidate.id
-                RETURNING j.*
-            ), logged AS (
-                INSERT INTO jobs_jobevent
-                    (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
-                SELECT id, 'claim', 'READY', 'LEASED', lease_epoch, worker_id, worker_id, '', '{{}}', updated_at
-                FROM claimed
-            )
-            SELECT * FROM claimed
-        """
+        job = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions))
+        if job is None:
+            job = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions))
+        return job
+    tenant = _least_loaded_tenant_sqlite(clock, tenants, actions)
+    if tenant is None:
+        return None
+    return _run(*_statement(_SQLITE, worker, clock, ttl, [tenant], actions))
+
+
+def _statement(template: str, worker, clock, ttl, tenants, actions) -> tuple[str, dict]:
+    params = _Params(worker=worker, lottery=secrets.token_hex(4))
+    now = params.clock(clock, 0, "now")
+    until = params.clock(clock, ttl, "until")
+    cap = lease_cap()
+    if cap and template is _GLOBAL_PG:
+        # The fallback must respect the cap too.
+        params["cap"] = cap
+        tenant_cap = (
+            " AND (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' "
+            "AND c.tenant = jobs_job.tenant) < %(cap)s"
+        )
     else:
-        # SQLite orders NULLs first on its own and has no NULLS FIRST in indexes.
-        order = "priority DESC, next_attempt_at ASC, id"
-        sql = f"""
-            UPDATE jobs_job AS j SET {_SET_LEASED.format(now=now, until=until)}
-            WHERE j.id = (SELECT id FROM jobs_job WHERE {where} ORDER BY {order} LIMIT 1)
-            RETURNING *
-        """
+        tenant_cap = ""
+    sql = template.format(
+        set_leased=_SET_LEASED.format(now=now, until=until),
+        eligible=_ELIGIBLE.format(now=now),
+        tenant_filter=(f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else "") + tenant_cap,
+        action_filter=f"AND action IN ({params.bind('action', actions)})" if actions else "",
+        cap_filter="AND COALESCE(l.leased, 0) < %(cap)s" if cap else "",
+        heads=HEADS_PER_TENANT,
+    )
+    if cap:
+        params["cap"] = cap
     return sql, params
 
 
-def run_claim(sql: str, params: dict) -> Job | None:
-    """Execute a claim statement and return the claimed job (or None)."""
+def _run(sql: str, params: dict) -> Job | None:
     claimed = list(Job.objects.raw(sql, params))
     return claimed[0] if claimed else None
+
+
+def _least_loaded_tenant_sqlite(clock: Clock, tenants, actions) -> str | None:
+    params = _Params()
+    now = params.clock(clock, 0, "now")
+    tenant_filter = f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else ""
+    action_filter = f"AND action IN ({params.bind('action', actions)})" if actions else ""
+    cap = lease_cap()
+    params["cap"] = cap
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT e.tenant FROM (SELECT DISTINCT tenant FROM jobs_job
+                                  WHERE {_ELIGIBLE.format(now=now)} {tenant_filter} {action_filter}) AS e
+            LEFT JOIN (SELECT tenant, count(*) AS leased FROM jobs_job WHERE state = 'LEASED'
+                       GROUP BY tenant) AS l ON l.tenant = e.tenant
+            WHERE %(cap)s = 0 OR COALESCE(l.leased, 0) < %(cap)s
+            ORDER BY COALESCE(l.leased, 0), random()
+            LIMIT 1
+            """,
+            params,
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None

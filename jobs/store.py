@@ -16,7 +16,7 @@ is eligible at once, whatever clock a later call passes.
 """
 
 import json
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -75,6 +75,12 @@ def _json(value) -> str:
 
 def _is_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+def _atomic_unless_postgres():
+    """A transaction where one is needed: a single PostgreSQL statement is
+    atomic on its own; SQLite's multi-statement writes need BEGIN IMMEDIATE."""
+    return nullcontext() if _is_postgres() else transaction.atomic()
 
 
 class Store:
@@ -245,11 +251,11 @@ class Store:
     ) -> Job | None:
         """Lease the next eligible job (see `claim.py` for order and locking)
         and return it, or None when nothing is eligible."""
-        sql, params = claim_sql.claim_next_sql(
-            worker=worker_id, clock=Clock.of(now), ttl=ttl, tenants=tenants, actions=actions
-        )
-        with transaction.atomic():
-            job = claim_sql.run_claim(sql, params)
+        clock = Clock.of(now)
+        # PostgreSQL: one statement, atomic by itself (no BEGIN/COMMIT round
+        # trips). SQLite: an immediate transaction around choose + lease + log.
+        with _atomic_unless_postgres():
+            job = claim_sql.claim_next(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions)
             if job is not None and not _is_postgres():
                 # PostgreSQL logged the claim inside the claim statement.
                 self._log(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
@@ -547,7 +553,7 @@ class Store:
         update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
         params += [tenant, key, epoch, worker_id]
         event = [name, State.LEASED, str(target), worker_id, worker_id, reason, _json(detail)]
-        with transaction.atomic(), connection.cursor() as cursor:
+        with _atomic_unless_postgres(), connection.cursor() as cursor:
             if _is_postgres() and log:
                 cursor.execute(
                     f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "

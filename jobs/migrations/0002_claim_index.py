@@ -1,25 +1,29 @@
-"""The claim index: partial, on READY rows only, in claim order.
+"""The claim indexes: partial, on READY rows only, in claim order.
 
-It keeps a claim's cost flat however many DONE or WAITING rows exist
-(DESIGN §5). PostgreSQL sorts NULLs last by default, so the index says NULLS
-FIRST to match the claim's ORDER BY; SQLite sorts NULLs first already and has
-no NULLS clause in CREATE INDEX.
+They keep a claim's cost flat however many DONE or WAITING rows exist
+(DESIGN §5); claim.py says which statement each serves.
+- `job_claim_ready`: the global order (priority, due time, id).
+- `job_claim_tenant`: the same order per tenant; its leading `tenant` column
+  also serves the loose index scan over tenants with READY work.
+PostgreSQL sorts NULLs last by default, so the indexes say NULLS FIRST to
+match the claim's ORDER BY; SQLite sorts NULLs first already and has no NULLS
+clause in CREATE INDEX.
 """
 
 from django.db import migrations
 
-POSTGRES = (
-    "CREATE INDEX job_claim_ready ON jobs_job "
-    "(priority DESC, next_attempt_at ASC NULLS FIRST, id) WHERE state = 'READY'"
-)
-SQLITE = "CREATE INDEX job_claim_ready ON jobs_job (priority DESC, next_attempt_at, id) WHERE state = 'READY'"
+ORDER_PG = "priority DESC, next_attempt_at ASC NULLS FIRST, id"
+ORDER_SQLITE = "priority DESC, next_attempt_at, id"
 
 
 def create(apps, schema_editor):
-    schema_editor.execute(POSTGRES if schema_editor.connection.vendor == "postgresql" else SQLITE)
+    order = ORDER_PG if schema_editor.connection.vendor == "postgresql" else ORDER_SQLITE
+    schema_editor.execute(f"CREATE INDEX job_claim_ready ON jobs_job ({order}) WHERE state = 'READY'")
+    schema_editor.execute(f"CREATE INDEX job_claim_tenant ON jobs_job (tenant, {order}) WHERE state = 'READY'")
 
 
 def drop(apps, schema_editor):
+    schema_editor.execute("DROP INDEX job_claim_tenant")
     schema_editor.execute("DROP INDEX job_claim_ready")
 
 

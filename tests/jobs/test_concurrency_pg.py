@@ -1,0 +1,99 @@
+"""Races between real OS processes on PostgreSQL: SKIP LOCKED claims, the
+fence, and idempotent enqueue."""
+
+import multiprocessing
+
+import pytest
+from django.db import connections
+
+from jobs.models import Job, JobEvent
+from jobs.store import JobSpec, Store
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _in_child(target, *args):
+    """Run `target` in forked processes that inherit the test database settings."""
+    connections.close_all()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child(*a):
+        try:
+            queue.put(("ok", target(*a)))
+        except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
+            queue.put(("error", repr(exc)))
+        finally:
+            connections.close_all()
+
+    return ctx, queue, child
+
+
+def _drain(worker_id: str, stale_epoch_checks: bool) -> dict:
+    from jobs.errors import Conflict
+
+    store = Store()
+    finished, conflicts = [], 0
+    while True:
+        job = store.claim_next(worker_id, ttl=60)
+        if job is None:
+            break
+        if stale_epoch_checks:
+            # A fenced-out write (wrong epoch) must never land.
+            try:
+                store.finish(job.tenant, job.key, worker_id, job.lease_epoch - 1)
+            except Conflict:
+                conflicts += 1
+        store.finish(job.tenant, job.key, worker_id, job.lease_epoch)
+        finished.append(job.key)
+    return {"finished": finished, "conflicts": conflicts}
+
+
+def test_eight_processes_race_claim_next_and_each_job_is_done_exactly_once():
+    Store().enqueue_many(JobSpec(f"tenant-{i % 3}", f"job-{i:04d}") for i in range(2000))
+    ctx, queue, child = _in_child(_drain)
+    procs = [ctx.Process(target=child, args=(f"worker-{n}", n == 0)) for n in range(8)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    assert all(status == "ok" for status, _ in results), results
+    finished = [key for _, r in results for key in r["finished"]]
+    assert len(finished) == 2000
+    assert len(set(finished)) == 2000  # nobody finished a job twice
+    assert sum(1 for _, r in results if r["finished"]) > 1  # the work really was shared
+    assert results and all(r["conflicts"] == len(r["finished"]) for _, r in results if r["conflicts"])
+    assert Job.objects.filter(state="DONE").count() == 2000
+    assert Job.objects.exclude(state="DONE").count() == 0
+    # One claim per epoch, and the finish came from the worker holding it.
+    claims = JobEvent.objects.filter(kind="claim")
+    assert claims.count() == 2000
+    assert claims.filter(epoch=1).count() == 2000
+    finishes = {(e.job_id, e.worker_id) for e in JobEvent.objects.filter(kind="finish")}
+    holders = {(e.job_id, e.worker_id) for e in claims}
+    assert finishes == holders
+
+
+def _enqueue_same(_):
+    job = Store().enqueue("studio", "send-quote-017", payload={"pid": multiprocessing.current_process().pid})
+    return job.pk
+
+
+def test_enqueueing_the_same_key_from_two_processes_yields_one_job():
+    ctx, queue, child = _in_child(_enqueue_same)
+    for _round in range(20):
+        Job.objects.all().delete()
+        connections.close_all()
+        procs = [ctx.Process(target=child, args=(n,)) for n in range(2)]
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        assert [s for s, _ in results] == ["ok", "ok"], results
+        assert results[0][1] == results[1][1]
+        assert Job.objects.filter(tenant="studio", key="send-quote-017").count() == 1
+        assert JobEvent.objects.filter(kind="enqueue").count() == 1
