@@ -2,5 +2,5 @@
 
 from .settings import *  # noqa: F403
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]  # noqa: F405
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp", "tests.engineapp"]  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast users in tests

@@ -1,0 +1,206 @@
+"""The worker runtime: outcomes, heartbeats, fence loss, timeouts, signals.
+
+In-process workers (threads, real database connections) for the runtime's
+logic; real `manage.py run_worker` processes for SIGKILL and SIGTERM.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from jobs.errors import Conflict
+from jobs.models import Job
+from jobs.store import Store
+from jobs.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_until_idle(**config) -> Worker:
+    worker = Worker(WorkerConfig(until_idle=True, poll_interval=0.05, **config))
+    worker.run()
+    return worker
+
+
+def job(key, tenant="studio"):
+    return Job.objects.get(tenant=tenant, key=key)
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def test_worker_runs_jobs_until_idle_and_counts_outcomes(store):
+    for i in range(10):
+        store.enqueue("studio", f"noop-{i}")
+    store.enqueue("studio", "mystery", action="nobody.handles.this")
+    store.enqueue("studio", "wait", action="test.wait")
+    worker = run_until_idle(worker_id="w1", concurrency=3)
+    assert Job.objects.filter(state="DONE").count() == 10
+    assert job("mystery").state == "NEEDS_ATTENTION"
+    assert "no handler is registered for action 'nobody.handles.this'" in job("mystery").last_error
+    assert (job("wait").state, job("wait").wait_reason) == ("WAITING_EXTERNAL", "waiting for the customer's reply")
+    assert worker.stats["claimed"] == 12 and worker.stats["done"] == 10
+    assert worker.stats["attention"] == 1 and worker.stats["waiting"] == 1
+
+
+def test_auth_error_is_never_attempted_twice(store):
+    store.enqueue("studio", "auth", action="test.fail", payload={"kind": "auth"})
+    for _ in range(3):
+        run_until_idle(worker_id="w1")
+    j = job("auth")
+    assert (j.state, j.attempts) == ("NEEDS_ATTENTION", 1)
+    assert j.events.filter(kind="claim").count() == 1
+    assert "401" in j.last_error and "not retried" in j.last_error
+
+
+def test_permanent_error_lands_in_review_with_the_reason(store):
+    store.enqueue("studio", "bad", action="test.fail", payload={"kind": "permanent"})
+    run_until_idle(worker_id="w1")
+    j = job("bad")
+    assert j.state == "WAITING_REVIEW"
+    assert "recipient 'bob' has no @" in j.wait_reason
+    assert j.events.filter(kind="claim").count() == 1
+
+
+@pytest.mark.parametrize("kind", ["transient", "crash"])
+def test_transient_failures_retry_with_backoff_then_need_attention(store, kind):
+    store.enqueue("studio", "flaky", action="test.fail", payload={"kind": kind})
+    deadline = time.monotonic() + 20
+    while job("flaky").state == "READY" and time.monotonic() < deadline:
+        run_until_idle(worker_id="w1")
+        time.sleep(0.06)
+    j = job("flaky")
+    assert (j.state, j.attempts) == ("NEEDS_ATTENTION", 3)
+    kinds = list(j.events.values_list("kind", "to_state"))
+    assert kinds.count(("fail", "READY")) == 2 and kinds[-1] == ("fail", "NEEDS_ATTENTION")
+    assert "gave up after 3 attempts" in j.last_error
+
+
+def _in_thread(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_heartbeat_keeps_a_long_handlers_lease_alive_past_several_ttls(store):
+    store.enqueue("studio", "long", action="test.sleep", payload={"seconds": 2.4})
+    worker = Worker(WorkerConfig(worker_id="w1", lease_ttl=0.6, until_idle=True, poll_interval=0.05))
+    thread = _in_thread(worker)
+    wait_for(lambda: job("long").state == "LEASED")
+    thief = Store()
+    # Four TTLs go by; the lease never expires, so nobody can take the job over.
+    for _ in range(20):
+        assert thief.claim("studio", "long", "thief") is None
+        time.sleep(0.1)
+    thread.join(timeout=20)
+    j = job("long")
+    assert (j.state, j.lease_epoch, j.result) == ("DONE", 1, {"slept": 2.4})
+
+
+def test_fence_loss_cancels_the_handler_and_its_result_is_discarded(store):
+    store.enqueue("studio", "stolen", action="test.sleep", payload={"seconds": 10})
+    worker = Worker(WorkerConfig(worker_id="w1", lease_ttl=0.6, until_idle=True, poll_interval=0.05))
+    thread = _in_thread(worker)
+    wait_for(lambda: job("stolen").state == "LEASED")
+    # Simulate a partition: the lease looks expired to everyone else and a
+    # second worker takes the job over.
+    Job.objects.filter(key="stolen").update(lease_until="2000-01-01T00:00:00Z")
+    assert Store().claim("studio", "stolen", "thief", ttl=60) == 2
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    j = job("stolen")
+    assert (j.state, j.lease_epoch, j.worker_id) == ("LEASED", 2, "thief")
+    assert not j.events.filter(kind="finish").exists()
+    assert worker.stats["lost"] >= 1 and worker.stats["done"] == 0
+
+
+def test_handler_past_its_timeout_is_no_longer_renewed_and_is_taken_over(store):
+    store.enqueue("studio", "stuck", action="test.sleep_with_timeout", payload={"seconds": 2.5})
+    worker = Worker(WorkerConfig(worker_id="w1", lease_ttl=0.6, until_idle=True, poll_interval=0.05))
+    thread = _in_thread(worker)
+    wait_for(lambda: job("stuck").state == "LEASED")
+    # Timeout 0.5 s, ttl 0.6 s: well before the handler returns, the lease lapses.
+    epoch = wait_for(lambda: Store().claim("studio", "stuck", "rescuer", ttl=60), timeout=2.0)
+    assert epoch == 2
+    thread.join(timeout=10)
+    j = job("stuck")
+    assert (j.state, j.worker_id) == ("LEASED", "rescuer")
+    assert not j.events.filter(kind="finish").exists()
+
+
+def test_sigkill_mid_handler_then_another_worker_recovers_the_job(store, manage):
+    store.enqueue("studio", "killed", action="test.sleep", payload={"seconds": 60, "first_attempt_only": True})
+    victim = manage.start("run_worker", "--worker-id", "victim", "--lease-ttl", "1")
+    try:
+        wait_for(lambda: job("killed").state == "LEASED")
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    old = job("killed")
+    assert (old.worker_id, old.lease_epoch) == ("victim", 1)
+    time.sleep(1.2)  # the lease expires
+    result = manage.run("run_worker", "--worker-id", "rescuer", "--until-idle", "--lease-ttl", "1")
+    assert "job.recovered" in result.stdout
+    j = job("killed")
+    assert (j.state, j.lease_epoch, j.worker_id) == ("DONE", 2, "rescuer")
+    # The dead worker's late writes, with its old epoch, are fenced out.
+    for late_write in (
+        lambda: store.finish("studio", "killed", "victim", 1),
+        lambda: store.fail("studio", "killed", "victim", 1, error="late"),
+        lambda: store.renew("studio", "killed", "victim", 1),
+    ):
+        with pytest.raises(Conflict):
+            late_write()
+    assert job("killed").state == "DONE"
+
+
+def test_sigterm_lets_a_running_handler_finish_within_the_grace_period(store, manage):
+    store.enqueue("studio", "short", action="test.sleep", payload={"seconds": 1.0})
+    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "10", "--lease-ttl", "5")
+    wait_for(lambda: job("short").state == "LEASED")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 10
+    assert job("short").state == "DONE"
+    assert "worker.stopping" in out and "worker.stop " in out and "done=1" in out
+
+
+def test_sigterm_past_the_grace_period_exits_0_and_leaves_the_job_to_expire(store, manage):
+    store.enqueue("studio", "long", action="test.sleep", payload={"seconds": 30})
+    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "1", "--lease-ttl", "2")
+    wait_for(lambda: job("long").state == "LEASED")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 5
+    assert "job.abandoned" in out
+    assert job("long").state == "LEASED"  # not finished, not half-written
+    time.sleep(2.2)
+    recovered = Store().recover_expired()
+    assert [(r.key, r.to_state) for r in recovered] == [("long", "READY")]
+
+
+def test_second_signal_exits_at_once(store, manage):
+    store.enqueue("studio", "long", action="test.sleep", payload={"seconds": 30})
+    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "60")
+    wait_for(lambda: job("long").state == "LEASED")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=5)
+    assert proc.returncode == 128 + signal.SIGTERM
