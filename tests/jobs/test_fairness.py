@@ -1,0 +1,74 @@
+"""Tenant fairness (DESIGN §5): one tenant's backlog cannot starve another."""
+
+import signal
+import time
+
+import pytest
+from django.test import override_settings
+
+from jobs.models import Job, JobEvent
+from jobs.store import JobSpec
+
+
+@pytest.mark.django_db
+def test_least_loaded_tenant_is_served_first(store):
+    store.enqueue_many(JobSpec("big", f"b-{i}") for i in range(50))
+    for _ in range(3):
+        store.claim_next("w", now=10)
+    store.enqueue("small", "s-0")
+    assert store.claim_next("w", now=10).tenant == "small"
+
+
+@pytest.mark.django_db
+def test_a_single_worker_alternates_between_tenants_with_equal_load(store):
+    store.enqueue_many(JobSpec("big", f"b-{i}") for i in range(200))
+    store.enqueue_many(JobSpec("small", f"s-{i}") for i in range(10))
+    order = []
+    for _ in range(60):
+        job = store.claim_next("w", now=10)
+        store.finish(job.tenant, job.key, "w", job.lease_epoch, now=10)
+        order.append(job.tenant)
+    # A lottery between tenants with equal load: all ten small jobs run
+    # early instead of after the 200 big ones.
+    assert order.count("small") == 10
+
+
+@pytest.mark.django_db
+@override_settings(JOBS_TENANT_LEASE_CAP=2)
+def test_a_tenant_at_its_lease_cap_waits_without_blocking_others(store):
+    store.enqueue_many(JobSpec("big", f"b-{i}") for i in range(10))
+    store.enqueue_many(JobSpec("small", f"s-{i}") for i in range(3))
+    claimed = [store.claim_next(f"w{i}", now=10) for i in range(6)]
+    tenants = [j.tenant if j else None for j in claimed]
+    assert tenants.count("big") == 2 and tenants.count("small") == 2
+    assert tenants[4:] == [None, None]
+    finished = next(j for j in claimed if j and j.tenant == "big")
+    store.finish(finished.tenant, finished.key, finished.worker_id, finished.lease_epoch, now=10)
+    assert store.claim_next("w9", now=10).tenant == "big"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_small_tenant_behind_ten_thousand_big_jobs_starts_within_forty_claims(store, manage):
+    store.enqueue_many(JobSpec("big", f"big-{i:05d}", action="test.sleep", payload={"seconds": 0.01})
+                       for i in range(10_000))
+    workers = [manage.start("run_worker", "--worker-id", f"w{n}", "--poll-interval", "0.2") for n in range(4)]
+    try:
+        deadline = time.monotonic() + 60
+        while JobEvent.objects.filter(kind="claim").count() < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mark = JobEvent.objects.filter(kind="claim").order_by("-id").values_list("id", flat=True).first()
+        store.enqueue_many(JobSpec("small", f"small-{i}") for i in range(10))
+        while Job.objects.filter(tenant="small", state="DONE").count() < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)
+        for proc in workers:
+            proc.communicate(timeout=30)
+    claims_after = list(JobEvent.objects.filter(kind="claim", id__gt=mark).order_by("id")
+                        .values_list("job__tenant", flat=True))
+    positions = [i + 1 for i, tenant in enumerate(claims_after) if tenant == "small"]
+    assert len(positions) == 10, claims_after[:60]
+    assert max(positions) <= 40, positions
+    assert all(p.returncode == 0 for p in workers)
