@@ -136,6 +136,7 @@ class Worker:
             if listener:
                 listener.stop()
             self._stopping.set()
+            heartbeat.join(timeout=5)
             self._event("worker.stop", **self._summary())
             connections.close_all()
         return 0
@@ -225,7 +226,24 @@ class Worker:
             # Their leases are no longer renewed; recovery hands them to another worker.
             running.ctx.cancelled.set()
             self._event("job.abandoned", job=running.ctx.job, reason="grace period over")
-        pool.shutdown(wait=False, cancel_futures=True)
+        if not left:
+            # Each pool thread holds its own database connection: have every
+            # thread close its own (a connection may only be closed by the
+            # thread that opened it).
+            barrier = threading.Barrier(self.config.concurrency)
+
+            def close_own_connections():
+                try:
+                    barrier.wait(timeout=2)
+                except threading.BrokenBarrierError:
+                    pass
+                connections.close_all()
+
+            for _ in range(self.config.concurrency):
+                pool.submit(close_own_connections)
+            pool.shutdown(wait=True)
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------ running a job
 
@@ -265,6 +283,14 @@ class Worker:
         except Conflict as exc:
             self._lost(job, str(exc))
             return
+        except DatabaseError as exc:
+            # The outcome could not be recorded (database unreachable): the
+            # lease expires and recovery runs the job again, so handlers must
+            # be safe to repeat — external effects go through operations.
+            self.stats["unrecorded"] += 1
+            self._event("job.write_failed", level=logging.ERROR, job=job, error=str(exc)[:300])
+            close_old_connections()
+            return
         if counter == "failed" and decision is not None:
             counter = {State.READY: "retried", State.WAITING_REVIEW: "review"}.get(decision.target, "attention")
             self._event(f"job.{counter}", job=job, reason=decision.reason, delay=decision.delay)
@@ -300,6 +326,7 @@ class Worker:
                 except DatabaseError as exc:
                     self._event("job.renew_failed", level=logging.WARNING, job=r.ctx.job, error=str(exc)[:200])
                     close_old_connections()
+        connections.close_all()
 
     # ------------------------------------------------------------ maintenance
 

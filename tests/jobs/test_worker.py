@@ -204,3 +204,27 @@ def test_second_signal_exits_at_once(store, manage):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=5)
     assert proc.returncode == 128 + signal.SIGTERM
+
+
+def test_tenant_and_action_filters_limit_what_a_worker_claims(store, manage):
+    store.enqueue("studio", "a")
+    store.enqueue("bakery", "b")
+    store.enqueue("bakery", "c", action="test.wait")
+    manage.run("run_worker", "--until-idle", "--tenant", "bakery", "--action", "jobs.noop")
+    assert [(j.key, j.state) for j in Job.objects.order_by("key")] == [("a", "READY"), ("b", "DONE"), ("c", "READY")]
+
+
+def test_json_log_lines_carry_the_job_identity(store, manage):
+    import json
+
+    store.enqueue("studio", "logged")
+    out = manage.run("run_worker", "--until-idle", "--worker-id", "w-json", "--log-format", "json").stdout
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    done = next(e for e in events if e["event"] == "job.done")
+    assert (done["tenant"], done["key"], done["epoch"], done["worker"]) == ("studio", "logged", 1, "w-json")
+    assert events[0]["event"] == "worker.start" and events[-1]["event"] == "worker.stop"
+
+
+def test_bad_options_are_refused_with_a_clear_error(manage):
+    result = manage.run("run_worker", "--concurrency", "0", check=False)
+    assert result.returncode != 0 and "--concurrency must be at least 1" in result.stderr
