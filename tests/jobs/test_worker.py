@@ -166,28 +166,30 @@ def test_sigkill_mid_handler_then_another_worker_recovers_the_job(store, manage)
     assert job("killed").state == "DONE"
 
 
-def test_sigterm_lets_a_running_handler_finish_within_the_grace_period(store, manage):
-    store.enqueue("studio", "short", action="test.sleep", payload={"seconds": 1.0})
-    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "10", "--lease-ttl", "5")
-    wait_for(lambda: job("short").state == "LEASED")
+def sigterm_while_running(store, manage, key, *, seconds, grace, ttl):
+    """Start a worker on one sleeping job, SIGTERM it mid-handler; return
+    (exit code, output, seconds from signal to exit)."""
+    store.enqueue("studio", key, action="test.sleep", payload={"seconds": seconds})
+    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", str(grace), "--lease-ttl", str(ttl))
+    wait_for(lambda: job(key).state == "LEASED")
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=15)
-    assert proc.returncode == 0, out
-    assert time.monotonic() - started < 10
+    return proc.returncode, out, time.monotonic() - started
+
+
+def test_sigterm_lets_a_running_handler_finish_within_the_grace_period(store, manage):
+    code, out, elapsed = sigterm_while_running(store, manage, "short", seconds=1.0, grace=10, ttl=5)
+    assert code == 0, out
+    assert elapsed < 10
     assert job("short").state == "DONE"
     assert "worker.stopping" in out and "worker.stop " in out and "done=1" in out
 
 
 def test_sigterm_past_the_grace_period_exits_0_and_leaves_the_job_to_expire(store, manage):
-    store.enqueue("studio", "long", action="test.sleep", payload={"seconds": 30})
-    proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "1", "--lease-ttl", "2")
-    wait_for(lambda: job("long").state == "LEASED")
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=15)
-    assert proc.returncode == 0, out
-    assert time.monotonic() - started < 5
+    code, out, elapsed = sigterm_while_running(store, manage, "long", seconds=30, grace=1, ttl=2)
+    assert code == 0, out
+    assert elapsed < 5
     assert "job.abandoned" in out
     assert job("long").state == "LEASED"  # not finished, not half-written
     time.sleep(2.2)
