@@ -9,3 +9,6 @@ class JobsConfig(AppConfig):
     def ready(self):
         # Each app's `handlers` module registers its actions with @action.
         autodiscover_modules("handlers")
+        # Register the relay and the timer sweep as the worker's periodic
+        # tasks, and the inbound built-ins, in every process.
+        from . import inbound, outbox, timers  # noqa: F401

@@ -1,6 +1,9 @@
 """Engine tables. Rules live in `states.py` and `store.py`; models only hold
 fields, constraints and indexes."""
 
+import uuid
+
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
 from .states import State
@@ -79,3 +82,157 @@ class JobEvent(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.from_state}→{self.to_state} (epoch {self.epoch})"
+
+
+# ---------------------------------------------------------------- outbox (DESIGN §7)
+
+
+class OutboxEvent(models.Model):
+    """A fact a committed business change announces, written in the same
+    transaction as the change (`jobs.outbox.outbox_emit`) and delivered by the
+    relay until its consumers acknowledge it.
+
+    `id` is what consumers deduplicate by. `sequence` numbers the events of one
+    aggregate (tenant, aggregate_type, aggregate_id) in the order they were
+    emitted; the relay never publishes an event while an earlier one of the
+    same aggregate is still PENDING.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING", "Pending"
+        PUBLISHED = "PUBLISHED", "Published"
+        QUARANTINED = "QUARANTINED", "Quarantined"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.CharField(max_length=64)
+    aggregate_type = models.CharField(max_length=100)
+    aggregate_id = models.CharField(max_length=100)
+    sequence = models.PositiveBigIntegerField(help_text="Position among this aggregate's events, from 1.")
+    event_type = models.CharField(max_length=100)
+    payload = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    state = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Counted when the relay claims the event, before it publishes: a consumer
+    # that crashes the relay process still uses up an attempt. Doubles as the
+    # fence of the relay's writes (a relay whose claim expired writes nothing).
+    attempts = models.PositiveIntegerField(default=0)
+    # NULL means "eligible at once"; while claimed, the end of the claim.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # Serves outbox_emit's "next sequence of this aggregate" and makes
+            # two concurrent emitters of one aggregate take turns.
+            models.UniqueConstraint(
+                fields=["tenant", "aggregate_type", "aggregate_id", "sequence"], name="outbox_aggregate_sequence"
+            ),
+        ]
+        indexes = [
+            # The relay's scan: PENDING events oldest first.
+            models.Index(fields=["created_at", "sequence"], name="outbox_pending_order",
+                         condition=models.Q(state="PENDING")),
+            # The relay's per-aggregate order probe: "is an earlier event of
+            # this aggregate still PENDING?" never visits published history.
+            models.Index(fields=["tenant", "aggregate_type", "aggregate_id", "sequence"],
+                         name="outbox_pending_aggregate", condition=models.Q(state="PENDING")),
+            # Health and the operators' list: quarantined events.
+            models.Index(fields=["created_at"], name="outbox_quarantined", condition=models.Q(state="QUARANTINED")),
+        ]
+
+    def __str__(self):
+        return f"{self.event_type} {self.aggregate_type}/{self.aggregate_id}#{self.sequence} [{self.state}]"
+
+
+# ---------------------------------------------------------------- inbound events (DESIGN §7)
+
+
+class InboundEvent(models.Model):
+    """Something that arrived from outside (a customer reply, a delivery
+    report), authenticated and recorded once per provider event id before
+    anything is applied (`jobs.inbound.inbound_event_receive`)."""
+
+    class Status(models.TextChoices):
+        APPLIED = "APPLIED", "Applied"  # resumed the waiting job it correlates to
+        UNMATCHED = "UNMATCHED", "Unmatched"  # kept for an operator: no waiting job took it
+        RESOLVED = "RESOLVED", "Resolved"  # an operator dealt with an unmatched event
+
+    provider = models.CharField(max_length=50)
+    event_id = models.CharField(max_length=200, help_text="The provider's event id: the dedupe key.")
+    event_type = models.CharField(max_length=100)
+    tenant = models.CharField(max_length=64, blank=True, default="")
+    correlation = models.JSONField(default=dict, blank=True)
+    body = models.JSONField(default=dict, blank=True, help_text="The event as received.")
+    state = models.CharField(max_length=20, choices=Status.choices)
+    job = models.ForeignKey("Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="inbound_events")
+    note = models.TextField(blank=True, default="", help_text="Why it was not applied, or how it was resolved.")
+    received_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # A redelivery of the same provider event is recognised, never applied twice.
+            models.UniqueConstraint(fields=["provider", "event_id"], name="inbound_provider_event"),
+        ]
+        indexes = [
+            # The operators' queue and the health count: unmatched events.
+            models.Index(fields=["received_at"], name="inbound_unmatched", condition=models.Q(state="UNMATCHED")),
+        ]
+
+    def __str__(self):
+        return f"{self.provider}:{self.event_id} {self.event_type} [{self.state}]"
+
+
+# ---------------------------------------------------------------- timers (DESIGN §8)
+
+
+class Timer(models.Model):
+    """Permission to reconsider at `scheduled_for`, not an instruction frozen
+    in the past: when due, the subject is re-read (`jobs.timers`) and the
+    timer fires, is cancelled, or is superseded by a re-planned one.
+
+    It wakes a waiting `job` (bound to the wait begun at `job_epoch`, when
+    set) or, without a job, enqueues `action` under `job_key`.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING", "Pending"
+        FIRED = "FIRED", "Fired"
+        CANCELLED = "CANCELLED", "Cancelled"
+        SUPERSEDED = "SUPERSEDED", "Superseded"
+
+    tenant = models.CharField(max_length=64)
+    job = models.ForeignKey("Job", null=True, blank=True, on_delete=models.CASCADE, related_name="timers")
+    # The job's lease epoch when the timer was set from its handler: the timer
+    # belongs to that wait and is cancelled once the job has moved on.
+    job_epoch = models.PositiveIntegerField(null=True, blank=True)
+    action = models.CharField(max_length=100, blank=True, default="", help_text="Enqueued on firing when no job is set.")
+    job_key = models.CharField(max_length=200, blank=True, default="")
+    payload = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    subject_type = models.CharField(max_length=100, blank=True, default="")
+    subject_id = models.CharField(max_length=100, blank=True, default="")
+    subject_version = models.IntegerField(null=True, blank=True)
+    scheduled_for = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    cancellation_condition = models.CharField(max_length=100, blank=True, default="",
+                                              help_text="A registered predicate name; empty: none.")
+    cancellation_args = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    state = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    superseded_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The firing scan: due PENDING timers, earliest first. Fired and
+            # cancelled history is never visited, however much piles up.
+            models.Index(fields=["scheduled_for", "id"], name="timer_pending_due",
+                         condition=models.Q(state="PENDING")),
+        ]
+
+    def __str__(self):
+        return f"{self.reason} at {self.scheduled_for:%Y-%m-%d %H:%M} [{self.state}]"

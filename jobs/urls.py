@@ -1,4 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from . import views
 
 app_name = "jobs"
-urlpatterns: list = []
+urlpatterns = [
+    # Included at /hooks/: POST /hooks/<provider>/events
+    path("<slug:provider>/events", views.inbound_event_hook, name="inbound-events"),
+]

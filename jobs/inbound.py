@@ -1,0 +1,335 @@
+"""Inbound events: something arriving from outside resumes the job waiting for
+it (DESIGN §7).
+
+HTTP: `POST /hooks/<provider>/events` (view in `jobs.views`).
+
+Authentication — HMAC-SHA256 with a per-provider secret from the setting
+`INBOUND_WEBHOOK_SECRETS` (environment: `INBOUND_WEBHOOK_SECRETS="sim=abc"`):
+
+    X-Signature-Timestamp: <unix seconds, an integer>
+    X-Signature: sha256=<hex HMAC-SHA256(secret, b"<timestamp>." + raw body)>
+
+The signature is compared in constant time. A timestamp further than
+`INBOUND_MAX_SKEW_SECONDS` (default 300) from this server's clock, either way,
+is refused as stale: a captured request cannot be replayed later.
+
+Body — one JSON object:
+
+    {"id": "evt_123",                       # the provider's event id: dedupe key
+     "type": "message.reply",               # what happened
+     "tenant": "studio",                    # needed to correlate by job key
+     "correlation": {"job_key": "send-quote-017"} | {"client_reference": "…"},
+     "data": {...}}                         # attached to the job's history
+
+`id` and `type` are required non-empty strings; `tenant` is an optional
+string; `correlation` and `data` are optional objects.
+
+Outcomes (HTTP status, JSON body):
+
+    202 {"status": "applied"}     recorded; the waiting job is READY again
+    202 {"status": "unmatched"}   recorded and flagged for an operator: it
+                                  correlates to no job waiting for an external
+                                  event (never dropped)
+    200 {"status": "duplicate"}   this provider event id was recorded before;
+                                  acknowledged, nothing applied again
+    400 {"error": …}              stale timestamp, or a malformed body
+    401 {"error": …}              missing or invalid signature or timestamp
+    404 {"error": …}              no secret is configured for this provider
+                                  (an unconfigured provider is a deployment
+                                  error, distinct from a bad signature)
+
+Nothing is recorded or applied unless the request is authentic, fresh and
+well-formed.
+
+Correlation: the built-in correlator matches `correlation.job_key` (with
+`tenant`) to a job. Other apps add theirs with `register_correlator` — e.g.
+the operations app matches `correlation.client_reference` to the operation
+whose id it is, and so to that operation's job. The first correlator that
+names a job wins.
+
+Applying, in one transaction: the job row is locked; a job in
+WAITING_EXTERNAL is resumed (→ READY) with the event in its history, and its
+pending timers are cancelled — "a reply or a timer, whichever comes first".
+A job in any other state (a timer already woke it, it finished …) leaves the
+event UNMATCHED with the reason in `note`.
+"""
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .clock import to_datetime
+from .errors import JobError
+from .models import InboundEvent, Job
+from .states import State
+from .store import Store
+from .timers import timer_cancel_for_job
+
+__all__ = [
+    "JobRef",
+    "InboundReceipt",
+    "InboundRejected",
+    "UnknownProvider",
+    "BadSignature",
+    "StaleRequest",
+    "MalformedEvent",
+    "InboundError",
+    "signature_for",
+    "register_correlator",
+    "inbound_event_receive",
+    "inbound_event_resolve",
+]
+
+Status = InboundEvent.Status
+
+
+# ---------------------------------------------------------------- errors: each has its HTTP status
+
+
+class InboundRejected(JobError):
+    """The request was refused; nothing was recorded."""
+
+    http_status = 400
+
+
+class UnknownProvider(InboundRejected):
+    http_status = 404
+
+
+class BadSignature(InboundRejected):
+    http_status = 401
+
+
+class StaleRequest(InboundRejected):
+    http_status = 400
+
+
+class MalformedEvent(InboundRejected):
+    http_status = 400
+
+
+class InboundError(JobError):
+    """An operator action on an inbound event is not possible."""
+
+
+# ---------------------------------------------------------------- correlation
+
+
+@dataclass(frozen=True)
+class JobRef:
+    tenant: str
+    key: str
+
+
+Correlator = Callable[..., JobRef | None]
+_correlators: list[Correlator] = []
+
+
+def register_correlator(correlator: Correlator) -> Correlator:
+    """Add `correlator(*, provider, tenant, correlation, data) -> JobRef |
+    None`, tried after the built-in job-key correlator, in registration
+    order. Usable as a decorator; registering the same function twice is a
+    no-op."""
+    if correlator not in _correlators:
+        _correlators.append(correlator)
+    return correlator
+
+
+def _by_job_key(*, provider: str, tenant: str, correlation: dict, data: dict) -> JobRef | None:
+    key = correlation.get("job_key")
+    if isinstance(key, str) and key and tenant:
+        return JobRef(tenant, key)
+    return None
+
+
+# ---------------------------------------------------------------- receiving
+
+
+@dataclass(frozen=True)
+class InboundReceipt:
+    status: str  # "applied" | "unmatched" | "duplicate"
+    event: InboundEvent
+
+
+def signature_for(*, secret: str, timestamp: str | int, body: bytes) -> str:
+    """The `X-Signature` header value a provider sends for `body` at `timestamp`."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def inbound_event_receive(
+    *,
+    provider: str,
+    body: bytes,
+    timestamp: str | None,
+    signature: str | None,
+    now: float | None = None,
+) -> InboundReceipt:
+    """Authenticate, record once and apply an event from `provider`.
+
+    Guarantees: nothing is stored unless the signature is valid, the
+    timestamp fresh and the body well-formed; a provider event id is
+    recorded once and applied at most once (a concurrent redelivery waits
+    for the first and is reported as a duplicate); an authentic event is
+    never dropped — it resumes its waiting job or is kept UNMATCHED for an
+    operator. Recording, resuming and cancelling the job's timers commit
+    together.
+
+    Raises `UnknownProvider`, `BadSignature`, `StaleRequest` or
+    `MalformedEvent` (each carries its `http_status`).
+    """
+    secret = (getattr(settings, "INBOUND_WEBHOOK_SECRETS", None) or {}).get(provider)
+    if not secret:
+        raise UnknownProvider(f"no webhook secret is configured for provider {provider!r}")
+    sent_at = _verify(secret=secret, timestamp=timestamp, signature=signature, body=body)
+    # The provider's timestamp is wall-clock time: compare with this server's.
+    skew = abs((time.time() if now is None else now) - sent_at)
+    allowed = getattr(settings, "INBOUND_MAX_SKEW_SECONDS", 300)
+    if skew > allowed:
+        raise StaleRequest(
+            f"X-Signature-Timestamp {sent_at} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
+        )
+    message = _parse(body)
+
+    with transaction.atomic(durable=True):
+        existing = InboundEvent.objects.filter(provider=provider, event_id=message["id"]).first()
+        if existing is not None:
+            return InboundReceipt("duplicate", existing)
+        try:
+            with transaction.atomic():
+                event = InboundEvent.objects.create(
+                    provider=provider,
+                    event_id=message["id"],
+                    event_type=message["type"],
+                    tenant=message["tenant"],
+                    correlation=message["correlation"],
+                    body=message,
+                    state=Status.UNMATCHED,
+                    received_at=to_datetime(now) or timezone.now(),
+                )
+        except IntegrityError:
+            # A concurrent redelivery recorded it first (we waited for its commit).
+            return InboundReceipt("duplicate", InboundEvent.objects.get(provider=provider, event_id=message["id"]))
+        _apply(event, message, now=now)
+    return InboundReceipt("applied" if event.state == Status.APPLIED else "unmatched", event)
+
+
+def _verify(*, secret: str, timestamp: str | None, signature: str | None, body: bytes) -> int:
+    if not timestamp or not signature:
+        raise BadSignature("the X-Signature-Timestamp and X-Signature headers are required")
+    try:
+        sent_at = int(timestamp)
+    except ValueError:
+        raise BadSignature("X-Signature-Timestamp must be an integer number of unix seconds") from None
+    expected = signature_for(secret=secret, timestamp=timestamp, body=body)
+    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
+        raise BadSignature("invalid signature: expected sha256=<hex HMAC-SHA256 of '<timestamp>.' + body>")
+    return sent_at
+
+
+def _parse(body: bytes) -> dict:
+    try:
+        message = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedEvent(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise MalformedEvent("the body must be a JSON object")
+    for name, limit in (("id", 200), ("type", 100)):
+        value = message.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise MalformedEvent(f"'{name}' is required and must be a non-empty string")
+        if len(value) > limit:
+            raise MalformedEvent(f"'{name}' is longer than {limit} characters")
+    tenant = message.get("tenant", "")
+    if tenant is None:
+        tenant = ""
+    if not isinstance(tenant, str) or len(tenant) > 64:
+        raise MalformedEvent("'tenant' must be a string of at most 64 characters")
+    for name in ("correlation", "data"):
+        value = message.get(name, {})
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise MalformedEvent(f"'{name}' must be a JSON object")
+        message[name] = value
+    message["tenant"] = tenant
+    return message
+
+
+def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
+    """Correlate and resume (inside the recording transaction)."""
+    ref, notes = None, []
+    for correlator in [_by_job_key, *_correlators]:
+        try:
+            # A correlator that fails is noted, not fatal: the event is kept.
+            with transaction.atomic():
+                ref = correlator(provider=event.provider, tenant=message["tenant"],
+                                 correlation=message["correlation"], data=message["data"])
+        except Exception as exc:  # noqa: BLE001 - any correlator failure leaves the event for an operator
+            notes.append(f"correlator {getattr(correlator, '__qualname__', correlator)} failed: {exc!r}")
+            continue
+        if ref is not None:
+            break
+    if ref is None:
+        _unmatched(event, "; ".join([*notes, f"no job matches the correlation {message['correlation']}"]))
+        return
+    # Lock order: the job, then its timers (a timer sweep never waits for a
+    # job's lock, so this cannot deadlock with it).
+    job = Job.objects.select_for_update().filter(tenant=ref.tenant, key=ref.key).first()
+    if job is None:
+        _unmatched(event, f"no job {ref.tenant}/{ref.key}")
+        return
+    event.job = job
+    if job.state != State.WAITING_EXTERNAL:
+        _unmatched(event, f"job {job.tenant}/{job.key} is {job.state}, not waiting for an external event "
+                          "(a timer or an earlier event may have resumed it first)")
+        return
+    Store().resume(
+        job.tenant,
+        job.key,
+        reason=f"{event.provider} event {event.event_type} received",
+        actor=f"inbound:{event.provider}",
+        detail={"inbound_event": event.pk, "provider": event.provider, "event_id": event.event_id,
+                "type": event.event_type, "data": message["data"]},
+        now=now,
+    )
+    cancelled = timer_cancel_for_job(
+        job_id=job.pk, reason=f"inbound event {event.provider}:{event.event_id} resumed the job first", now=now
+    )
+    event.state = Status.APPLIED
+    event.note = f"resumed {job.tenant}/{job.key}" + (f"; cancelled {cancelled} pending timer(s)" if cancelled else "")
+    event.save(update_fields=["state", "job", "note"])
+
+
+def _unmatched(event: InboundEvent, note: str) -> None:
+    event.state = Status.UNMATCHED
+    event.note = note
+    event.save(update_fields=["state", "job", "note"])
+
+
+# ---------------------------------------------------------------- operators
+
+
+def inbound_event_resolve(*, event_pk: int, actor: str, note: str, now: datetime | None = None) -> InboundEvent:
+    """An operator clears the flag on an UNMATCHED event, saying what was
+    done about it. Raises `InboundError` unless the event is UNMATCHED."""
+    with transaction.atomic():
+        event = InboundEvent.objects.select_for_update().filter(pk=event_pk).first()
+        if event is None:
+            raise InboundError(f"no inbound event {event_pk}")
+        if event.state != Status.UNMATCHED:
+            raise InboundError(f"inbound event {event_pk} is {event.state}; only UNMATCHED events are resolved")
+        event.state = Status.RESOLVED
+        event.resolved_at = now or timezone.now()
+        event.resolved_by = actor
+        event.note = f"{event.note}\nresolved by {actor}: {note}".strip()
+        event.save(update_fields=["state", "resolved_at", "resolved_by", "note"])
+    return event

@@ -1,0 +1,56 @@
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections, connection
+
+from jobs import notify
+from jobs.outbox import outbox_relay
+
+
+class Command(BaseCommand):
+    help = (
+        "Deliver pending outbox events to their consumers, in order per aggregate, retrying failures with "
+        "backoff and quarantining poison events. run_worker already does this; use this command to run the "
+        "relay alone. With --once: one bounded pass, then exit 0."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="One pass of at most --limit events, then exit.")
+        parser.add_argument("--limit", type=int, default=100, help="Events handled per pass. Default 100.")
+        parser.add_argument("--poll-interval", type=float, default=2.0,
+                            help="Longest sleep between passes when no notification arrives. Default 2.")
+        parser.add_argument("--relay-id", default="relay", help="Name used in log lines.")
+
+    def handle(self, *args, **opts):
+        if opts["limit"] < 1:
+            raise CommandError("--limit must be at least 1")
+        if opts["once"]:
+            handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
+            self.stdout.write(f"handled {handled} outbox event(s)")
+            return
+        stop, wake = threading.Event(), threading.Event()
+
+        def on_signal(signum, frame):
+            stop.set()
+            wake.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        listener = notify.Listener(wake) if connection.vendor == "postgresql" else None
+        if listener:
+            listener.start()
+        total = 0
+        try:
+            while not stop.is_set():
+                wake.clear()
+                close_old_connections()
+                handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
+                total += handled
+                if handled < opts["limit"]:
+                    # Caught up: sleep until an emit's NOTIFY (on commit) or the poll.
+                    wake.wait(opts["poll_interval"])
+        finally:
+            if listener:
+                listener.stop()
+        self.stdout.write(f"handled {total} outbox event(s)")
