@@ -76,7 +76,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(BASE_DIR / "test_db.sqlite3")
+    # A file, not memory, so worker subprocesses started by tests share it.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = env(
+        "SQLITE_TEST_DATABASE", default=str(BASE_DIR / "test_db.sqlite3")
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True

@@ -347,7 +347,13 @@ class Worker:
         for task in _periodic.values():
             if now - self._last_periodic.get(task.name, 0.0) >= task.every or cfg.until_idle:
                 self._last_periodic[task.name] = now
-                moved += task.run(worker_id=cfg.worker_id, limit=cfg.maintenance_limit) or 0
+                try:
+                    moved += task.run(worker_id=cfg.worker_id, limit=cfg.maintenance_limit) or 0
+                except DatabaseError:
+                    raise  # the loop backs off and reconnects
+                except Exception as exc:  # noqa: BLE001 - one broken task must not stop the worker
+                    self.stats["task_errors"] += 1
+                    self._event("worker.task_failed", level=logging.ERROR, task=task.name, error=repr(exc)[:300])
         return moved
 
     # ------------------------------------------------------------ reporting
