@@ -1,0 +1,45 @@
+"""Reads about operations, for operators, commands and tests."""
+
+from collections import Counter
+
+from django.db.models import Count, QuerySet
+
+from .models import ConnectorPause, Operation, OperationState, Receipt
+
+
+def operation_for_step(*, job, step: str) -> Operation | None:
+    """The operation of one job step, if its intent was ever recorded."""
+    return Operation.objects.filter(job=job, step=step).select_related("receipt").first()
+
+
+def operations_needing_investigation(*, tenant: str | None = None) -> QuerySet[Operation]:
+    """Operations only a human can reconcile, oldest first (index operation_state_tenant)."""
+    operations = Operation.objects.filter(state=OperationState.NEEDS_INVESTIGATION)
+    if tenant is not None:
+        operations = operations.filter(tenant=tenant)
+    return operations.order_by("updated_at")
+
+
+def connector_pause_active(*, tenant: str, provider: str) -> ConnectorPause | None:
+    """The pause in force for (tenant, provider), if any."""
+    return ConnectorPause.objects.filter(tenant=tenant, provider=provider, cleared_at__isnull=True).first()
+
+
+def operations_by_state(*, tenant: str | None = None, job_key_prefix: str | None = None) -> Counter:
+    """How many operations are in each state."""
+    operations = Operation.objects.all()
+    if tenant is not None:
+        operations = operations.filter(tenant=tenant)
+    if job_key_prefix is not None:
+        operations = operations.filter(job__key__startswith=job_key_prefix)
+    return Counter(dict(operations.values_list("state").annotate(n=Count("id")).order_by()))
+
+
+def receipts_by_how(*, tenant: str | None = None, job_key_prefix: str | None = None) -> Counter:
+    """How many receipts were obtained each way (direct, replay, lookup, human)."""
+    receipts = Receipt.objects.all()
+    if tenant is not None:
+        receipts = receipts.filter(operation__tenant=tenant)
+    if job_key_prefix is not None:
+        receipts = receipts.filter(operation__job__key__startswith=job_key_prefix)
+    return Counter(dict(receipts.values_list("how").annotate(n=Count("id")).order_by()))
