@@ -36,5 +36,11 @@ worker: install
 bench: install  ## speed figures on DATABASE_URL (see README)
 	$(PY) manage.py bench $(BENCH_ARGS)
 
+chaos: install  ## kill workers at random while emails go through the simulator
+	$(PY) manage.py chaos $(CHAOS_ARGS)
+
+simulator: install  ## the provider simulator on :8025
+	$(PY) manage.py run_provider_simulator $(SIMULATOR_ARGS)
+
 clean:
 	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* var/

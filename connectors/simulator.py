@@ -351,8 +351,9 @@ class ProviderSimulator:
         """Decide the answer to ``POST /v1/messages``; yields the reply to send.
 
         The message (if any) is already committed when this yields. A key
-        accepted here stays "in flight" until the context exits, i.e. until
-        the stalled answer has been written, so concurrent resends see 409.
+        accepted here stays "in flight" until the context exits — the caller
+        stalls inside the context and answers after it — so resends during
+        the stall see 409 and resends after the answer see the replay.
         """
         reply = self.reject_unauthorized(authorization)
         if reply is None and self._happens(self.config.throttle_rate):
@@ -523,7 +524,9 @@ class _Handler(BaseHTTPRequestHandler):
                 # The message is committed; holding the answer past the
                 # client's read timeout is the "accepted, answer lost" fault.
                 threading.Event().wait(reply.stall_seconds)
-            self._respond(reply)
+        # Answer only after the key left the in-flight set: a client that
+        # resends the moment it reads this answer gets the replay, not a 409.
+        self._respond(reply)
 
     def _read_body(self) -> bytes | None:
         try:
