@@ -63,6 +63,7 @@ from jobs.errors import AuthError, NeedsAttention, PermanentError, TransientErro
 from .digest import request_digest
 from .errors import ConnectorPaused, DigestMismatch
 from .models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
+from .states import operation_transition
 
 __all__ = ["operation_perform", "EMAIL_SEND", "CRASH_AFTER_INTENDED_ENV"]
 
@@ -417,14 +418,9 @@ def _paused_reason(pause: ConnectorPause) -> str:
 
 def _record(ctx: JobContext, operation: Operation, kind: str, *, to_state: str = "", reason: str = "",
             detail: dict | None = None, **changes) -> None:
-    """Change the operation (under the caller's fence) and append its event."""
-    from_state = operation.state
-    if to_state:
-        operation.state = to_state
-    for field, value in changes.items():
-        setattr(operation, field, value)
-    operation.save(update_fields=["state", "updated_at", *changes])
-    _event(ctx, operation, kind, from_state, operation.state, reason=reason, detail=detail)
+    """Change the operation under the caller's fence and append its event."""
+    operation_transition(operation, kind, to_state=to_state, actor=ctx.worker_id, epoch=ctx.epoch,
+                         reason=reason, detail=detail, **changes)
 
 
 def _event(ctx: JobContext, operation: Operation, kind: str, from_state: str, to_state: str, *, reason: str = "",

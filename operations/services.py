@@ -15,7 +15,8 @@ from django.utils import timezone
 from jobs.store import Store
 
 from .errors import OperationStateError
-from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
+from .models import IN_DOUBT, ConnectorPause, Operation, OperationState, Receipt, ReceiptHow
+from .states import operation_transition
 
 S = OperationState
 
@@ -119,10 +120,4 @@ def connector_pause_clear(*, tenant: str, provider: str, actor: str, reason: str
 
 def _human_change(operation: Operation, kind: str, to_state: str, *, actor: str, reason: str, detail: dict,
                   **changes) -> None:
-    from_state = operation.state
-    operation.state = to_state
-    for field, value in changes.items():
-        setattr(operation, field, value)
-    operation.save(update_fields=["state", "updated_at", *changes])
-    OperationEvent.objects.create(operation=operation, kind=kind, from_state=from_state, to_state=to_state,
-                                  actor=actor, reason=reason, detail=detail)
+    operation_transition(operation, kind, to_state=to_state, actor=actor, reason=reason, detail=detail, **changes)

@@ -1,0 +1,36 @@
+"""The operation transition table refuses changes it does not list."""
+
+import pytest
+
+from operations.errors import OperationStateError
+from operations.models import Operation, OperationEvent
+from operations.states import TRANSITIONS, operation_transition
+
+
+@pytest.fixture
+def accepted(store):
+    job = store.enqueue("studio", "send-1", action="connectors.send_email")
+    return Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-idempotent",
+                                    kind="email.send", request_digest="0" * 64, request={}, state="ACCEPTED")
+
+
+@pytest.mark.django_db
+def test_an_accepted_operation_can_never_be_sent_again_and_nothing_is_written(accepted):
+    with pytest.raises(OperationStateError):
+        operation_transition(accepted, "dispatch", to_state="INTENDED", actor="w1", attempts=9)
+    accepted.refresh_from_db()
+    assert (accepted.state, accepted.attempts) == ("ACCEPTED", 0)
+    assert not OperationEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_evidence_without_a_state_change_is_always_recorded(accepted):
+    operation_transition(accepted, "note", actor="ops", reason="provider support confirmed delivery")
+    assert list(OperationEvent.objects.values_list("kind", "from_state", "to_state")) == [
+        ("note", "ACCEPTED", "ACCEPTED")
+    ]
+
+
+def test_only_a_human_decides_an_operation_under_investigation():
+    assert TRANSITIONS["NEEDS_INVESTIGATION"] == {"ACCEPTED", "FAILED"}
+    assert "INTENDED" not in TRANSITIONS["NEEDS_INVESTIGATION"]
