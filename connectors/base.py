@@ -53,10 +53,14 @@ class Capabilities:
     creates a second message (the provider replays the first answer).
     ``lookup``: a message can be found again by the client's own reference, so
     a lost answer can be recovered without resending.
+    ``retry_ceiling``: the longest a retry of a failed call should wait
+    (seconds) — the provider's own ceiling on backoff; None leaves it to the
+    action's retry policy.
     """
 
     idempotency_key: bool
     lookup: bool
+    retry_ceiling: float | None = None
 
 
 @dataclass(frozen=True)

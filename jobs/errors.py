@@ -34,11 +34,14 @@ class HandlerFailure(JobError):
 
 class TransientError(HandlerFailure):
     """Worth retrying later (a timeout, a 5xx, a lock). `retry_after` (seconds)
-    overrides the backoff when the cause says when to come back (HTTP 429)."""
+    overrides the backoff when the cause says when to come back (HTTP 429);
+    `ceiling` (seconds) caps the backoff for this cause — a provider's own
+    limit, tighter than the action's policy."""
 
-    def __init__(self, message: str = "", *, retry_after: float | None = None):
+    def __init__(self, message: str = "", *, retry_after: float | None = None, ceiling: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.ceiling = ceiling
 
 
 class PermanentError(HandlerFailure):

@@ -9,9 +9,10 @@ loop (DESIGN §9).
 """
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from .states import State
 
@@ -68,9 +69,15 @@ def decide(
     now: datetime,
     policy: RetryPolicy = DEFAULT_POLICY,
     retry_after: float | None = None,
+    ceiling: float | None = None,
     rng: random.Random | None = None,
 ) -> Decision:
-    """What happens to a job whose attempt number `attempts` just failed."""
+    """What happens to a job whose attempt number `attempts` just failed.
+
+    `retry_after` (the provider said when) replaces the backoff; `ceiling`
+    (a provider's limit) caps it below the policy's own maximum."""
+    if ceiling is not None and ceiling < policy.max_interval:
+        policy = replace(policy, max_interval=ceiling)
     if failure is Failure.PERMANENT:
         return Decision(State.WAITING_REVIEW, f"rejected, needs review: {error}")
     if failure is Failure.AUTH:
@@ -96,17 +103,23 @@ def decide(
     return Decision(State.READY, f"attempt {attempts} failed, retrying in {delay:.2f}s: {error}", delay)
 
 
-def classify(exc: BaseException) -> tuple[Failure, float | None]:
+class Classified(NamedTuple):
+    failure: Failure
+    retry_after: float | None = None
+    ceiling: float | None = None
+
+
+def classify(exc: BaseException) -> Classified:
     """What a handler's exception means for the retry policy. Anything not
     declared permanent or an authentication failure counts as transient."""
     from .errors import AuthError, NeedsAttention, PermanentError, TransientError
 
     if isinstance(exc, NeedsAttention):
-        return Failure.ATTENTION, None
+        return Classified(Failure.ATTENTION)
     if isinstance(exc, AuthError):
-        return Failure.AUTH, None
+        return Classified(Failure.AUTH)
     if isinstance(exc, PermanentError):
-        return Failure.PERMANENT, None
+        return Classified(Failure.PERMANENT)
     if isinstance(exc, TransientError):
-        return Failure.TRANSIENT, exc.retry_after
-    return Failure.TRANSIENT, None
+        return Classified(Failure.TRANSIENT, exc.retry_after, exc.ceiling)
+    return Classified(Failure.TRANSIENT)

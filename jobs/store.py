@@ -29,7 +29,7 @@ from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job, JobEvent
-from .retry import Decision, Failure, decide
+from .retry import Decision, Failure, classify, decide
 from .states import State, transition
 
 __all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "DEFAULT_TTL"]
@@ -333,6 +333,7 @@ class Store:
         error: str,
         failure: Failure | str = Failure.TRANSIENT,
         retry_after: float | None = None,
+        ceiling: float | None = None,
         detail: dict | None = None,
         now=None,
     ) -> Decision:
@@ -353,6 +354,7 @@ class Store:
             now=at,
             policy=retry_policy(job.action),
             retry_after=retry_after,
+            ceiling=ceiling,
         )
         changes = {"last_error": decision.reason, "lease_until": None}
         if decision.target == State.READY:
@@ -372,6 +374,14 @@ class Store:
             detail={"failure": str(Failure(failure)), "delay": decision.delay, **(detail or {})},
         )
         return decision
+
+    def fail_with(self, tenant: str, key: str, worker_id: str, epoch: int, exc: BaseException, *, now=None) -> Decision:
+        """`fail` for the exception a handler raised, classified by the retry
+        policy (`retry.classify`): the worker and every caller that runs a
+        handler record failures the same way."""
+        failure, retry_after, ceiling = classify(exc)
+        return self.fail(tenant, key, worker_id, epoch, error=f"{type(exc).__name__}: {exc}", failure=failure,
+                         retry_after=retry_after, ceiling=ceiling, now=now)
 
     def release(self, tenant: str, key: str, worker_id: str, epoch: int, *, reason: str, now=None) -> None:
         """Hand a job back untouched (e.g. shutdown before its handler began):

@@ -37,7 +37,7 @@ from .actions import JobContext, Wait, get_action
 from .errors import Conflict, UnknownAction
 
 from .models import Job
-from .retry import Failure, classify
+from .retry import Failure
 from .states import State
 from .store import Store
 
@@ -259,10 +259,7 @@ class Worker:
             if ctx.cancelled.is_set():
                 self._lost(job, f"handler failed after losing its lease: {exc!r}")
                 return
-            failure, retry_after = classify(exc)
-            error = f"{type(exc).__name__}: {exc}"
-            self._record(job, lambda: self.store.fail(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                      error=error, failure=failure, retry_after=retry_after),
+            self._record(job, lambda: self.store.fail_with(job.tenant, job.key, cfg.worker_id, job.lease_epoch, exc),
                          "failed")
             return
         if ctx.cancelled.is_set():

@@ -227,7 +227,8 @@ def _reconcile(ctx: JobContext, connector: Connector, operation: Operation) -> R
             # the race, it cannot close it: only an idempotency key does.)
             wait = _settle_remaining(connector, operation)
             if wait > 0:
-                raise TransientError(
+                raise _transient(
+                    connector,
                     f"{_describe(operation)}: lookup found nothing yet, but the last request started "
                     f"{_settle_seconds(connector) - wait:.1f}s ago and may still arrive; looking again in {wait:.1f}s",
                     retry_after=wait,
@@ -285,8 +286,8 @@ def _lookup_failed(ctx: JobContext, connector: Connector, operation: Operation, 
         operation.refresh_from_db()
         _record(ctx, operation, "lookup_failed", reason=cause, detail=_evidence(exc), last_error=cause)
     if isinstance(exc, ProviderThrottled):
-        return TransientError(cause, retry_after=exc.retry_after)
-    return TransientError(f"{_describe(operation)} is still unreconciled: {cause}")
+        return _transient(connector, cause, retry_after=exc.retry_after)
+    return _transient(connector, f"{_describe(operation)} is still unreconciled: {cause}")
 
 
 def _investigate(ctx: JobContext, connector: Connector, operation: Operation, *, cause: str) -> NeedsAttention:
@@ -358,8 +359,8 @@ def _dispatch_failed(ctx: JobContext, connector: Connector, operation: Operation
     reason = f"{connector.name} did not accept {_describe(operation)}: {exc}"
     _fail(ctx, operation, exc, to_state=S.FAILED, kind="fail", reason=reason)
     if isinstance(exc, ProviderThrottled):
-        return TransientError(reason, retry_after=exc.retry_after)
-    return TransientError(reason)
+        return _transient(connector, reason, retry_after=exc.retry_after)
+    return _transient(connector, reason)
 
 
 def _outcome_unknown(ctx: JobContext, connector: Connector, operation: Operation, exc: ProviderError) -> Exception:
@@ -374,7 +375,12 @@ def _outcome_unknown(ctx: JobContext, connector: Connector, operation: Operation
         return _investigate(ctx, connector, operation, cause=cause)
     reason = f"{_describe(operation)}: outcome unknown, reconciling before any resend: {cause}"
     _fail(ctx, operation, exc, to_state=S.UNKNOWN, kind="unknown", reason=reason)
-    return TransientError(reason)
+    return _transient(connector, reason)
+
+
+def _transient(connector: Connector, reason: str, *, retry_after: float | None = None) -> TransientError:
+    """A retryable failure, its backoff capped by the provider's declared ceiling."""
+    return TransientError(reason, retry_after=retry_after, ceiling=connector.capabilities.retry_ceiling)
 
 
 def _fail(ctx: JobContext, operation: Operation, exc: ProviderError, *, to_state: str, kind: str, reason: str) -> None:

@@ -74,8 +74,16 @@ def test_a_job_that_keeps_losing_its_lease_is_poison():
 
 
 def test_exceptions_are_classified():
-    assert classify(AuthError("x")) == (Failure.AUTH, None)
-    assert classify(PermanentError("x")) == (Failure.PERMANENT, None)
-    assert classify(TransientError("x", retry_after=3)) == (Failure.TRANSIENT, 3)
-    assert classify(NeedsAttention("x")) == (Failure.ATTENTION, None)
-    assert classify(KeyError("surprise")) == (Failure.TRANSIENT, None)
+    assert classify(AuthError("x")) == (Failure.AUTH, None, None)
+    assert classify(PermanentError("x")) == (Failure.PERMANENT, None, None)
+    assert classify(TransientError("x", retry_after=3, ceiling=9)) == (Failure.TRANSIENT, 3, 9)
+    assert classify(NeedsAttention("x")) == (Failure.ATTENTION, None, None)
+    assert classify(KeyError("surprise")) == (Failure.TRANSIENT, None, None)
+
+
+def test_a_providers_ceiling_caps_the_backoff_below_the_actions_policy():
+    rng = random.Random(5)
+    delays = [_decide(Failure.TRANSIENT, attempts=9, ceiling=5.0, rng=rng).delay for _ in range(200)]
+    assert max(delays) <= 5.0 and max(delays) > 2.5
+    # A ceiling looser than the policy changes nothing.
+    assert _decide(Failure.TRANSIENT, attempts=9, ceiling=10_000, rng=random.Random(1)).delay <= 60

@@ -248,3 +248,16 @@ def test_finish_stores_the_result(store):
     job = Job.objects.get(key="q-1")
     assert (job.state, job.result, job.lease_until) == ("DONE", {"sent": True}, None)
     assert job.finished_at.timestamp() == 101
+
+
+def test_fail_with_classifies_the_handlers_exception_and_honours_a_providers_ceiling(store):
+    from jobs.errors import TransientError
+
+    store.enqueue("studio", "q-1", max_attempts=50)
+    Job.objects.filter(key="q-1").update(attempts=20)  # the policy's own cap (300 s) would allow minutes
+    epoch = store.claim("studio", "q-1", "w", now=100)
+    decision = store.fail_with("studio", "q-1", "w", epoch, TransientError("HTTP 503", ceiling=2.0), now=101)
+    job = Job.objects.get(key="q-1")
+    assert job.state == "READY" and decision.delay <= 2.0
+    assert job.next_attempt_at.timestamp() <= 103
+    assert "TransientError: HTTP 503" in job.last_error

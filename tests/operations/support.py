@@ -6,7 +6,6 @@ from connectors.registry import PROVIDER_FOR_SIMULATOR_MODE
 from jobs.actions import JobContext, get_action
 from jobs.errors import Conflict
 from jobs.models import Job
-from jobs.retry import classify
 
 SEND_EMAIL = "connectors.send_email"
 EMAIL = {"to": "ada@example.com", "subject": "Your quote Q-017", "body": "Please find your quote attached."}
@@ -35,10 +34,8 @@ def attempt(store, tenant: str = "studio", key: str = "send-quote-017", *, worke
         result = get_action(job.action).handler(ctx)
     except Conflict:
         raise
-    except Exception as exc:  # noqa: BLE001 - classified exactly as the worker does
-        failure, retry_after = classify(exc)
-        store.fail(tenant, key, worker, epoch, error=f"{type(exc).__name__}: {exc}", failure=failure,
-                   retry_after=retry_after)
+    except Exception as exc:  # noqa: BLE001 - recorded exactly as the worker does
+        store.fail_with(tenant, key, worker, epoch, exc)
         return exc
     store.finish(tenant, key, worker, epoch, result=result)
     return result
