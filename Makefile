@@ -23,7 +23,7 @@ test-postgres: install  ## the suite on the local PostgreSQL
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-demo: migrate  ## the end-to-end story on the embedded SQLite database, then the admin
+demo: migrate  ## the end-to-end story (simulator, emails, worker) on the embedded SQLite database, then the admin
 	$(PY) manage.py demo
 	@if [ "$${DEMO_SERVE:-1}" = "1" ]; then \
 		echo "Admin: http://127.0.0.1:8000/admin/  (Ctrl-C to stop)"; \
