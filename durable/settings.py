@@ -103,6 +103,12 @@ INBOUND_MAX_SKEW_SECONDS = env.int("INBOUND_MAX_SKEW_SECONDS", default=300)
 # (0 = no cap); tenants are served least-loaded first either way.
 JOBS_TENANT_LEASE_CAP = env.int("JOBS_TENANT_LEASE_CAP", default=0)
 
+# Outbox deliveries before a failing event is quarantined (DESIGN §7).
+OUTBOX_MAX_ATTEMPTS = env.int("OUTBOX_MAX_ATTEMPTS", default=10)
+
+# The provider `connectors.send_email` uses when a payload names none.
+OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", default="sim-idempotent")
+
 # django-q2 is the calendar, never the executor (DESIGN §13).
 Q_CLUSTER = {"name": "durable-calendar", "orm": "default", "workers": 1, "timeout": 300, "retry": 600}
 
