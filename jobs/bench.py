@@ -1,0 +1,835 @@
+"""The benchmark behind `manage.py bench` (issue 3): one run on the configured
+database, one plain-text table.
+
+What it measures, and how:
+- **enqueue rate**: `Store.enqueue` one job at a time, and `Store.enqueue_many`.
+- **end-to-end throughput**: `--jobs` `jobs.noop` jobs committed at once in front
+  of N idle, LISTENing `manage.py run_worker` processes (real OS processes,
+  started and idle *before* the clock starts, so interpreter start-up is not
+  counted); from the commit to the last `finished_at`, both on the database's
+  clock. The same number of jobs then goes through N processes of a minimal
+  raw-psycopg `SKIP LOCKED` loop on a table of its own (PostgreSQL only).
+- **insert→start latency**: jobs enqueued one at a time, every 20 ms, in front of
+  idle workers; the job's `enqueue` event vs its `claim` event, both stamped by
+  the database clock. Once with NOTIFY, once with this process's NOTIFY
+  switched off, which leaves the workers' polling fallback.
+- **claim time vs table size**: the median `Store.claim_next` (and
+  `claim_next` + `finish`) over a small READY set, with the table as found,
+  then with `--rows` DONE rows, then with `--rows` WAITING_EXTERNAL rows.
+- **peak RSS per worker**: each `run_worker` process's high-water mark
+  (`VmHWM` in /proc/<pid>/status, Linux), read just before it is stopped.
+
+Whose data it touches: only the tenants in `BENCH_TENANTS` (all named
+`bench-…`) and the table `bench_reference_jobs`, which it creates and drops.
+It deletes leftovers there before it starts and everything there when it ends,
+by exact tenant name — never TRUNCATE, never a pattern that could match a
+user's tenant. Its workers are restricted to its own tenants; like any worker
+they also run the engine's maintenance (lease recovery, timers, outbox relay).
+"""
+
+import json
+import multiprocessing
+from contextlib import nullcontext
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from unittest import mock
+from urllib.parse import quote, urlencode
+
+from django.conf import settings
+from django.db import connection, connections, transaction
+from django.utils import timezone
+
+from . import notify
+from .models import Job, JobEvent
+from .store import JobSpec, Store
+
+TENANT_ENQUEUE = "bench-enqueue"
+TENANT_E2E = "bench-e2e"
+TENANT_LATENCY = "bench-latency"
+TENANT_CLAIM = "bench-claim"
+# Bulk rows are spread over many tenants, as a production table's are.
+BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
+BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, *BULK_TENANTS]
+REFERENCE_TABLE = "bench_reference_jobs"
+
+# Targets from issue 3: goals for the benchmark, never asserted by a test.
+TARGET_REFERENCE_SHARE = 0.80
+TARGET_P50_MS = 10.0
+TARGET_CLAIM_RATIO = 1.2
+TARGET_RSS_MIB = 80.0
+
+ROOT = Path(settings.BASE_DIR)
+
+
+class BenchError(Exception):
+    """The benchmark could not complete a measurement (a worker died, jobs
+    did not finish in time, an unsupported database)."""
+
+
+@dataclass
+class BenchConfig:
+    jobs: int = 5000
+    rows: int = 1_000_000
+    processes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    latency_jobs: int = 200
+    latency_workers: int = 2
+    latency_interval_ms: float = 20.0
+    claims: int = 500
+    skip_bulk: bool = False
+
+
+@dataclass
+class Throughput:
+    processes: int
+    jobs: int
+    seconds: float
+    ref_seconds: float | None = None
+    claimed_by: list[int] = field(default_factory=list)  # jobs per worker process
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+    @property
+    def ref_rate(self) -> float | None:
+        return self.jobs / self.ref_seconds if self.ref_seconds else None
+
+
+@dataclass
+class Latency:
+    label: str
+    samples_ms: list[float]
+    target: bool  # whether the p50 target applies to this row
+
+    def pct(self, p: float) -> float:
+        return percentile(self.samples_ms, p)
+
+
+@dataclass
+class ClaimCase:
+    label: str
+    other_rows: int
+    claim_ms: float
+    claim_finish_ms: float
+    buffers: int | None = None
+    load_seconds: float | None = None
+
+
+@dataclass
+class Results:
+    header: list[str] = field(default_factory=list)
+    enqueue: list[tuple[str, int, float]] = field(default_factory=list)
+    throughput: list[Throughput] = field(default_factory=list)
+    latency: list[Latency] = field(default_factory=list)
+    latency_workers: int = 0
+    latency_interval_ms: float = 0.0
+    claims: list[ClaimCase] = field(default_factory=list)
+    claim_count: int = 0
+    rss_mib: dict[str, list[float]] = field(default_factory=dict)  # section -> per-process VmHWM
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda message: None) -> Results:
+    """Run every section on the configured database and return the figures.
+    Cleans up its tenants and its reference table before and after, also when
+    a section fails (the error is raised after the cleanup)."""
+    if connection.vendor not in ("postgresql", "sqlite"):
+        raise BenchError(f"the benchmark supports PostgreSQL and SQLite, not {connection.vendor}")
+    results = Results(header=_header(config))
+    progress("removing leftovers of an earlier bench run")
+    bench_cleanup()
+    try:
+        progress("enqueue rate")
+        results.enqueue = _enqueue_rates(config)
+        for n in config.processes:
+            progress(f"end to end: {config.jobs} jobs through {n} run_worker process(es)")
+            row = _throughput_ours(config.jobs, n, results)
+            if connection.vendor == "postgresql":
+                progress(f"end to end: {config.jobs} jobs through {n} reference loop process(es)")
+                row.ref_seconds = _throughput_reference(config.jobs, n)
+            results.throughput.append(row)
+        progress(f"insert→start latency: {config.latency_jobs} jobs, {config.latency_workers} idle workers")
+        results.latency = _latency(config, results)
+        results.latency_workers = config.latency_workers
+        results.latency_interval_ms = config.latency_interval_ms
+        results.claim_count = config.claims
+        progress("claim time vs table size")
+        results.claims = _claim_vs_size(config, progress)
+    finally:
+        progress("cleaning up the bench's rows and reference table")
+        bench_cleanup()
+    return results
+
+
+def bench_cleanup() -> None:
+    """Delete every row of the bench's tenants (and their history) and drop
+    the reference table. Exact tenant names only: a user's data is never
+    matched by accident. Bench jobs are `jobs.noop`, so they own no timers,
+    operations or inbound events; should one ever exist, the foreign key
+    refuses the delete instead of leaving orphans."""
+    _delete_tenants(BENCH_TENANTS)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {REFERENCE_TABLE}")
+
+
+def _delete_tenants(tenants: list[str]) -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        tenants_sql, params = _in_list(tenants)
+        cursor.execute(
+            f"DELETE FROM {JobEvent._meta.db_table} WHERE job_id IN "
+            f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
+            params,
+        )
+        cursor.execute(f"DELETE FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
+
+
+def _in_list(values: list[str]) -> tuple[str, list[str]]:
+    return ", ".join(["%s"] * len(values)), list(values)
+
+
+def _header(config: BenchConfig) -> list[str]:
+    s = connection.settings_dict
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW server_version")
+            version = f"PostgreSQL {cursor.fetchone()[0]}"
+            where = f"{s.get('HOST') or 'local socket'}:{s.get('PORT') or 5432}/{s['NAME']}"
+        else:
+            cursor.execute("SELECT sqlite_version()")
+            version = f"SQLite {cursor.fetchone()[0]}"
+            where = str(s["NAME"])
+    cpus = os.cpu_count() or 1
+    lines = [
+        f"durable-workers bench — {version} at {where}",
+        f"host: {cpus} CPU(s) (os.cpu_count()), Python {platform.python_version()}, "
+        f"{timezone.now():%Y-%m-%d %H:%M} UTC",
+        f"sizes: --jobs {config.jobs}  --rows {config.rows}{' (skipped)' if config.skip_bulk else ''}  "
+        f"--processes {','.join(map(str, config.processes))}  --latency-jobs {config.latency_jobs}  "
+        f"--claims {config.claims}",
+    ]
+    lines.append(
+        f"connections: CONN_MAX_AGE={s.get('CONN_MAX_AGE', 0)!r}, "
+        f"CONN_HEALTH_CHECKS={s.get('CONN_HEALTH_CHECKS', False)!r} (passed on to the workers)"
+    )
+    if max(config.processes) > cpus:
+        lines.append(
+            f"note: only {cpus} CPU(s), shared by the workers and the database server: rows with more "
+            "processes than CPUs measure contention, not scaling."
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- enqueue
+
+
+def _enqueue_rates(config: BenchConfig) -> list[tuple[str, int, float]]:
+    store = Store()
+    one_by_one = min(config.jobs, 2000)
+    started = time.perf_counter()
+    for i in range(one_by_one):
+        store.enqueue(TENANT_ENQUEUE, f"one-{i:07d}")
+    single = time.perf_counter() - started
+    specs = [JobSpec(TENANT_ENQUEUE, f"many-{i:07d}") for i in range(config.jobs)]
+    started = time.perf_counter()
+    store.enqueue_many(specs)
+    many = time.perf_counter() - started
+    _delete_tenants([TENANT_ENQUEUE])
+    return [("one by one (Store.enqueue)", one_by_one, single), ("batched (Store.enqueue_many)", config.jobs, many)]
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class WorkerFleet:
+    """N real `manage.py run_worker` processes on this database, restricted to
+    one bench tenant, logging to temporary files."""
+
+    def __init__(self, count: int, *, tenant: str, poll_interval: float):
+        self.count = count
+        self.tenant = tenant
+        self.poll_interval = poll_interval
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-workers-")
+
+    def __enter__(self) -> "WorkerFleet":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+    def start(self) -> None:
+        listening_before = _listening_connections()
+        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+        for n in range(self.count):
+            log = Path(self._dir.name) / f"worker-{n}.log"
+            self.logs.append(log)
+            with open(log, "wb") as out:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, str(ROOT / "manage.py"), "run_worker",
+                     "--worker-id", f"{self.tenant}-{n}-{os.getpid()}", "--tenant", self.tenant,
+                     "--concurrency", "1", "--poll-interval", str(self.poll_interval), "--grace", "10"],
+                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                ))
+        self._wait_idle(listening_before)
+
+    def _wait_idle(self, listening_before: int, timeout: float = 120.0) -> None:
+        """Until every worker has started and (PostgreSQL) holds its LISTEN
+        connection; then a moment for the first, empty claim to pass."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            started = sum(1 for log in self.logs if b"worker.start" in log.read_bytes())
+            listening = (
+                _listening_connections() - listening_before >= self.count
+                if connection.vendor == "postgresql" else True
+            )
+            if started == self.count and listening:
+                time.sleep(0.5)
+                return
+            time.sleep(0.1)
+        raise BenchError(f"{self.count} worker(s) did not become idle within {timeout:.0f} s\n{self.tail()}")
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise BenchError(f"a worker exited early (code {proc.returncode})\n{self.tail()}")
+
+    def peak_rss_mib(self) -> list[float]:
+        """Each live worker's high-water resident set size, in MiB (Linux)."""
+        peaks = []
+        for proc in self.procs:
+            try:
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks.append(int(line.split()[1]) / 1024)
+        return peaks
+
+    def claimed(self) -> list[int]:
+        counts = []
+        for log in self.logs:
+            counts.append(log.read_bytes().count(b" job.claim "))
+        return counts
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        out = []
+        for log in self.logs:
+            text = log.read_text(errors="replace").splitlines() if log.exists() else []
+            out.append(f"--- {log.name}\n" + "\n".join(text[-lines:]))
+        return "\n".join(out)
+
+
+def _listening_connections() -> int:
+    """Sessions on this database waiting in `LISTEN` on the jobs channel."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {notify.CHANNEL}"],
+        )
+        return cursor.fetchone()[0]
+
+
+def database_url() -> str:
+    """A DATABASE_URL naming the database this process is connected to (under
+    the test runner that is the test database, not the configured one)."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    auth = quote(s.get("USER") or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    host = s.get("HOST") or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = (f"{auth}@" if auth else "") + host + (f":{s['PORT']}" if s.get("PORT") else "")
+    options = {k: v for k, v in (s.get("OPTIONS") or {}).items() if isinstance(v, str | int | float)}
+    # Connection reuse changes the figures a lot (see the worker's per-loop
+    # close_old_connections): the workers get exactly this process's policy.
+    if s.get("CONN_MAX_AGE", 0) != 0:
+        options["conn_max_age"] = str(s["CONN_MAX_AGE"])
+    if s.get("CONN_HEALTH_CHECKS"):
+        options["conn_health_checks"] = "True"
+    return f"postgres://{netloc}/{quote(s['NAME'], safe='')}" + (f"?{urlencode(options)}" if options else "")
+
+
+def db_now() -> datetime:
+    """The database's clock right now (SQLite: this host's clock, which is
+    the clock the engine stamps SQLite rows with)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def _as_aware(value) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _throughput_ours(jobs: int, processes: int, results: Results) -> Throughput:
+    _delete_tenants([TENANT_E2E])
+    with WorkerFleet(processes, tenant=TENANT_E2E, poll_interval=0.5) as fleet:
+        specs = [JobSpec(TENANT_E2E, f"e2e-{i:07d}") for i in range(jobs)]
+        # One commit makes every job visible at once and sends one NOTIFY;
+        # the clock starts when it returns.
+        with transaction.atomic():
+            Store().enqueue_many(specs)
+        started = db_now()
+        _wait_done(TENANT_E2E, jobs, fleet)
+        finished = Job.objects.filter(tenant=TENANT_E2E).order_by("-finished_at").values_list(
+            "finished_at", flat=True).first()
+        results.rss_mib.setdefault("end to end", []).extend(fleet.peak_rss_mib())
+        claimed_by = fleet.claimed()
+    seconds = max((_as_aware(finished) - started).total_seconds(), 1e-6)
+    _delete_tenants([TENANT_E2E])
+    return Throughput(processes, jobs, seconds, claimed_by=claimed_by)
+
+
+def _wait_done(tenant: str, expected: int, fleet: WorkerFleet, *, prefix: str = "") -> None:
+    jobs = Job.objects.filter(tenant=tenant, state="DONE")
+    if prefix:
+        jobs = jobs.filter(key__startswith=prefix)
+    timeout = 120 + expected / 20
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if jobs.count() >= expected:
+            return
+        fleet.check_alive()
+        time.sleep(0.1)
+    raise BenchError(f"only {jobs.count()} of {expected} jobs were DONE after {timeout:.0f} s\n{fleet.tail()}")
+
+
+# The reference: the smallest correct SKIP LOCKED queue — a claim transaction
+# and a fenced finish transaction, nothing else (no history, no fairness, no
+# framework). `finished_at` only timestamps the end of the run.
+_REFERENCE_DDL = [
+    f"""CREATE TABLE {REFERENCE_TABLE} (
+        id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        state varchar(20) NOT NULL,
+        priority smallint NOT NULL DEFAULT 0,
+        next_attempt_at timestamptz NOT NULL DEFAULT now(),
+        lease_epoch integer NOT NULL DEFAULT 0,
+        worker_id varchar(200) NOT NULL DEFAULT '',
+        lease_until timestamptz,
+        finished_at timestamptz
+    )""",
+    f"CREATE INDEX {REFERENCE_TABLE}_ready ON {REFERENCE_TABLE} (priority DESC, next_attempt_at, id) "
+    "WHERE state = 'READY'",
+]
+_REFERENCE_CLAIM = f"""
+    WITH c AS (
+        SELECT id FROM {REFERENCE_TABLE}
+        WHERE state = 'READY' AND next_attempt_at <= now()
+        ORDER BY priority DESC, next_attempt_at, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE {REFERENCE_TABLE} AS r
+    SET state = 'LEASED', lease_epoch = r.lease_epoch + 1, worker_id = %s, lease_until = now() + interval '30 s'
+    FROM c WHERE r.id = c.id
+    RETURNING r.id, r.lease_epoch
+"""
+_REFERENCE_FINISH = f"""
+    UPDATE {REFERENCE_TABLE} SET state = 'DONE', finished_at = now()
+    WHERE id = %s AND lease_epoch = %s AND worker_id = %s
+"""
+
+
+def _reference_loop(params: dict, worker_id: str, ready, go, report) -> None:
+    """One reference worker process: claim, commit, finish, commit, until
+    nothing is left."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(**params)  # not autocommit: each statement opens a transaction
+        ready.put(worker_id)
+        go.wait()
+        done = 0
+        while True:
+            row = conn.execute(_REFERENCE_CLAIM, (worker_id,)).fetchone()
+            conn.commit()
+            if row is None:
+                break
+            conn.execute(_REFERENCE_FINISH, (row[0], row[1], worker_id))
+            conn.commit()
+            done += 1
+        conn.close()
+        report.put(("ok", done))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports any failure
+        ready.put(worker_id)
+        report.put(("error", repr(exc)))
+
+
+def _throughput_reference(jobs: int, processes: int) -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {REFERENCE_TABLE}")
+        for ddl in _REFERENCE_DDL:
+            cursor.execute(ddl)
+        cursor.execute(f"INSERT INTO {REFERENCE_TABLE} (state) SELECT 'READY' FROM generate_series(1, %s)", [jobs])
+        cursor.execute(f"ANALYZE {REFERENCE_TABLE}")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    connections.close_all()  # never share a socket with forked children
+    ctx = multiprocessing.get_context("fork")
+    ready, report, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_reference_loop, args=(params, f"ref-{n}", ready, go, report), daemon=True)
+             for n in range(processes)]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=60)
+        started = db_now()
+        go.set()
+        outcomes = [report.get(timeout=120 + jobs / 20) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    errors = [detail for status, detail in outcomes if status != "ok"]
+    if errors:
+        raise BenchError(f"reference loop failed: {errors[0]}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*), max(finished_at) FROM {REFERENCE_TABLE} WHERE state = 'DONE'")
+        done, finished = cursor.fetchone()
+        cursor.execute(f"DROP TABLE {REFERENCE_TABLE}")
+    if done != jobs:
+        raise BenchError(f"reference loop finished {done} of {jobs} jobs")
+    return max((finished - started).total_seconds(), 1e-6)
+
+
+# ---------------------------------------------------------------- latency
+
+
+def _latency(config: BenchConfig, results: Results) -> list[Latency]:
+    """Jobs enqueued one at a time in front of idle workers. The workers'
+    poll interval is 1 s, so a NOTIFY that works shows as milliseconds and
+    the polling fallback as hundreds of them."""
+    _delete_tenants([TENANT_LATENCY])
+    store = Store()
+    interval = config.latency_interval_ms / 1000
+    passes = [("notify", True)] if connection.vendor == "postgresql" else []
+    passes.append(("poll", False))
+    with WorkerFleet(config.latency_workers, tenant=TENANT_LATENCY, poll_interval=1.0) as fleet:
+        for prefix, with_notify in passes:
+            # Without NOTIFY from this process only the workers' polling is left.
+            silenced = mock.patch.object(notify, "job_ready", lambda: None) if not with_notify else nullcontext()
+            with silenced:
+                next_at = time.monotonic()
+                for i in range(config.latency_jobs):
+                    store.enqueue(TENANT_LATENCY, f"{prefix}-{i:06d}")
+                    next_at += interval
+                    time.sleep(max(0.0, next_at - time.monotonic()))
+            _wait_done(TENANT_LATENCY, config.latency_jobs, fleet, prefix=f"{prefix}-")
+        results.rss_mib.setdefault("latency", []).extend(fleet.peak_rss_mib())
+    samples = _start_delays_ms()
+    _delete_tenants([TENANT_LATENCY])
+    rows = []
+    for prefix, with_notify in passes:
+        label = ("NOTIFY (workers poll every 1 s)" if with_notify
+                 else "polling only, no NOTIFY (poll 1 s)" if connection.vendor == "postgresql"
+                 else "polling (SQLite has no NOTIFY; poll 1 s)")
+        rows.append(Latency(label, samples.get(prefix, []), target=with_notify))
+    return rows
+
+
+def _start_delays_ms() -> dict[str, list[float]]:
+    """Per pass: the first claim's time minus the enqueue time, both written
+    by the database clock in the same history table. (`Job.created_at` is
+    Django's auto_now_add, stamped by the enqueueing process, so the enqueue
+    event is used instead.)"""
+    enqueued, claimed = {}, {}
+    events = JobEvent.objects.filter(job__tenant=TENANT_LATENCY, kind__in=["enqueue", "claim"]).order_by("id")
+    for key, kind, at in events.values_list("job__key", "kind", "created_at"):
+        target = enqueued if kind == "enqueue" else claimed
+        target.setdefault(key, at)
+    delays: dict[str, list[float]] = {}
+    for key, at in claimed.items():
+        if key in enqueued:
+            delays.setdefault(key.split("-")[0], []).append((at - enqueued[key]).total_seconds() * 1000)
+    return delays
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (NaN when empty)."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# ---------------------------------------------------------------- claim time vs table size
+
+
+def _claim_vs_size(config: BenchConfig, progress: Callable[[str], None]) -> list[ClaimCase]:
+    other_rows = Job.objects.exclude(tenant__in=BENCH_TENANTS).count()
+    _tidy()
+    cases = [ClaimCase("table as found", other_rows, *_claim_times("empty", config.claims))]
+    if config.skip_bulk:
+        return cases
+    for state in ("DONE", "WAITING_EXTERNAL"):
+        progress(f"claim time: loading {config.rows} {state} rows")
+        started = time.perf_counter()
+        _bulk_load(state, config.rows)
+        _tidy()
+        load_seconds = time.perf_counter() - started
+        progress(f"claim time: {config.claims} claims with {config.rows} {state} rows")
+        timings = _claim_times(state.lower(), config.claims)
+        cases.append(ClaimCase(f"+ {config.rows:,} {state}", other_rows + config.rows, *timings,
+                               load_seconds=load_seconds))
+        _delete_tenants(BULK_TENANTS)
+    return cases
+
+
+def _claim_times(case: str, claims: int) -> tuple[float, float, int | None]:
+    """Median ms of `claim_next`, and of `claim_next` + `finish`, over
+    `claims` claims (after a few warm-up claims) on a small READY set; and
+    (PostgreSQL) the median buffers one claim statement touches, sampled at
+    three points — a count that, unlike time, a busy machine does not blur."""
+    warmup = min(20, claims)
+    store = Store()
+    store.enqueue_many(JobSpec(TENANT_CLAIM, f"claim-{case}-{i:06d}") for i in range(warmup + claims))
+    worker = "bench-claimer"
+    samples = {warmup + claims * k // 4 for k in (1, 2, 3)}
+    claim_ms, total_ms, buffers = [], [], []
+    for i in range(warmup + claims):
+        if i in samples:
+            buffers.append(_claim_buffers(worker))
+        started = time.perf_counter()
+        job = store.claim_next(worker, tenants=[TENANT_CLAIM])
+        claimed = time.perf_counter()
+        if job is None:
+            raise BenchError(f"claim_next found nothing after {i} of {warmup + claims} claims")
+        store.finish(job.tenant, job.key, worker, job.lease_epoch)
+        finished = time.perf_counter()
+        if i >= warmup:
+            claim_ms.append((claimed - started) * 1000)
+            total_ms.append((finished - started) * 1000)
+    _delete_tenants([TENANT_CLAIM])
+    counted = [b for b in buffers if b is not None]
+    return statistics.median(claim_ms), statistics.median(total_ms), (
+        int(statistics.median(counted)) if counted else None)
+
+
+def _claim_buffers(worker: str) -> int | None:
+    """Shared buffers (hit + read) that the fair claim statement touches,
+    from EXPLAIN (ANALYZE, BUFFERS) in a transaction that is rolled back, so
+    no job is claimed. PostgreSQL only; None if the claim module's statement
+    builder changed shape."""
+    if connection.vendor != "postgresql":
+        return None
+    from . import claim as claim_sql
+    from .clock import Clock
+
+    try:
+        sql, params = claim_sql._statement(claim_sql._FAIR_PG, worker, Clock(None), 30.0, [TENANT_CLAIM], None)
+    except (AttributeError, TypeError):
+        return None
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    top = plan[0]["Plan"]
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+
+
+def _bulk_load(state: str, rows: int) -> None:
+    """`rows` jobs in `state`, spread over the bulk tenants: one server-side
+    INSERT … SELECT on PostgreSQL, chunked executemany on SQLite. Half of the
+    WAITING rows have a wake-up time a month away (timers that have not
+    come due)."""
+    waiting = state.startswith("WAITING")
+    reason = "bench: waiting for a reply" if waiting else ""
+    table = Job._meta.db_table
+    columns = (
+        "tenant, key, action, subject_type, subject_id, payload, state, priority, attempts, max_attempts, "
+        "first_attempt_at, recoveries, lease_epoch, worker_id, wait_reason, wake_at, last_error, "
+        "created_at, updated_at, finished_at"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"""
+                INSERT INTO {table} ({columns})
+                SELECT 'bench-bulk-' || lpad((g %% {len(BULK_TENANTS)})::text, 2, '0'), %(prefix)s || g,
+                       'jobs.noop', '', '', '{{}}'::jsonb, %(state)s, 0, 1, 5,
+                       now() - interval '1 hour', 0, 1, '', %(reason)s,
+                       CASE WHEN %(waiting)s AND g %% 2 = 0 THEN now() + interval '30 days' END, '',
+                       now() - interval '1 hour', now(), CASE WHEN %(done)s THEN now() END
+                FROM generate_series(1, %(rows)s) AS g
+                """,
+                {"prefix": f"bulk-{state.lower()}-", "state": state, "reason": reason, "waiting": waiting,
+                 "done": state == "DONE", "rows": rows},
+            )
+            return
+        now = timezone.now()
+        hour_ago = connection.ops.adapt_datetimefield_value(now - timedelta(hours=1))
+        wake = connection.ops.adapt_datetimefield_value(now + timedelta(days=30))
+        stamp = connection.ops.adapt_datetimefield_value(now)
+        insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * 20)})"
+        chunk = 10_000
+        for start in range(0, rows, chunk):
+            cursor.executemany(insert, [
+                (BULK_TENANTS[g % len(BULK_TENANTS)], f"bulk-{state.lower()}-{g}", "jobs.noop", "", "", "{}",
+                 state, 0, 1, 5, hour_ago, 0, 1, "", reason, wake if waiting and g % 2 == 0 else None, "",
+                 hour_ago, stamp, stamp if state == "DONE" else None)
+                for g in range(start + 1, min(rows, start + chunk) + 1)
+            ])
+
+
+def _tidy() -> None:
+    """Bring the table to the state autovacuum keeps a production table in:
+    planner statistics current (after a 1M-row load they would not be yet,
+    and the figure would measure a stale plan rather than the claim) and no
+    dead rows left by the bench's own deletes. Plain VACUUM takes no lock that
+    blocks other sessions' reads or writes. SQLite: ANALYZE only (its VACUUM
+    rewrites the whole file)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"VACUUM (ANALYZE) {Job._meta.db_table}")
+        else:
+            cursor.execute(f"ANALYZE {Job._meta.db_table}")
+
+
+# ---------------------------------------------------------------- the table
+
+
+def render(results: Results) -> str:
+    """The figures as a plain-text table, each next to its target."""
+    out = [*results.header, ""]
+
+    out.append("ENQUEUE")
+    out += _table(
+        ["", "jobs", "seconds", "jobs/s"],
+        [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}"] for label, n, s in results.enqueue],
+    )
+    out.append("")
+
+    if results.throughput:
+        jobs = results.throughput[0].jobs
+        out.append(f"END TO END: {jobs:,} jobs.noop jobs, run_worker --concurrency 1 per process, vs a raw "
+                   "psycopg SKIP LOCKED loop")
+        rows = []
+        for t in results.throughput:
+            ratio = t.rate / t.ref_rate if t.ref_rate else None
+            rows.append([
+                f"{t.processes} process{'es' if t.processes > 1 else ''}",
+                f"{t.rate:,.0f}", f"{t.seconds:.2f}",
+                f"{t.ref_rate:,.0f}" if t.ref_rate else "n/a",
+                f"{t.ref_seconds:.2f}" if t.ref_seconds else "n/a",
+                f"{ratio:.0%}" if ratio else "n/a",
+                _verdict(ratio >= TARGET_REFERENCE_SHARE) if ratio else "n/a",
+                "/".join(map(str, t.claimed_by)),
+            ])
+        out += _table(["", "ours jobs/s", "s", "reference jobs/s", "s", "ours/ref",
+                       f"≥ {TARGET_REFERENCE_SHARE:.0%}", "jobs per worker"], rows)
+        out.append("")
+
+    if results.latency:
+        first = results.latency[0]
+        out.append(f"INSERT → START LATENCY: {len(first.samples_ms)} jobs per row, one every "
+                   f"{results.latency_interval_ms:g} ms, {results.latency_workers} idle workers; enqueue vs claim "
+                   "event, database clock")
+        rows = []
+        for lat in results.latency:
+            p50 = lat.pct(50)
+            rows.append([lat.label, str(len(lat.samples_ms)), f"{p50:.1f}", f"{lat.pct(95):.1f}",
+                         f"{lat.pct(99):.1f}", f"{max(lat.samples_ms, default=float('nan')):.1f}",
+                         _verdict(p50 < TARGET_P50_MS) if lat.target else "(fallback)"])
+        out += _table(["", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", f"p50 < {TARGET_P50_MS:.0f} ms"], rows)
+        out.append("")
+
+    if results.claims:
+        out.append(f"CLAIM TIME VS TABLE SIZE: median of {results.claim_count} claims on a small READY set "
+                   "(Store.claim_next, then finish)")
+        base = results.claims[0].claim_ms
+        rows = []
+        for i, case in enumerate(results.claims):
+            ratio = case.claim_ms / base
+            rows.append([
+                case.label, f"{case.other_rows:,}", f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}",
+                f"{ratio:.2f}×", "" if i == 0 else _verdict(ratio <= TARGET_CLAIM_RATIO),
+                f"{case.buffers:,}" if case.buffers is not None else "n/a",
+                f"{case.load_seconds:.1f}" if case.load_seconds is not None else "",
+            ])
+        out += _table(["", "other rows", "claim ms", "claim+finish ms", "vs first",
+                       f"≤ {TARGET_CLAIM_RATIO}×", "buffers/claim", "load s"], rows)
+        out.append("")
+
+    if results.rss_mib:
+        out.append("PEAK RSS PER WORKER PROCESS (VmHWM of each run_worker, read before it stops)")
+        rows = []
+        for section, peaks in results.rss_mib.items():
+            if peaks:
+                rows.append([section, str(len(peaks)), f"{statistics.median(peaks):.1f}", f"{max(peaks):.1f}",
+                             _verdict(max(peaks) < TARGET_RSS_MIB)])
+            else:
+                rows.append([section, "0", "n/a", "n/a", "n/a (no /proc)"])
+        out += _table(["", "processes", "median MiB", "max MiB", f"< {TARGET_RSS_MIB:.0f} MiB"], rows)
+        out.append("")
+
+    out += results.notes
+    out.append("How: workers are real `manage.py run_worker` processes, idle (and LISTENing) before the clock "
+               "starts; end to end runs from the commit of the whole batch to the last finished_at, on the "
+               "database clock.")
+    if any(t.ref_seconds for t in results.throughput):
+        out.append("Reference: table bench_reference_jobs, per job one claim transaction (SKIP LOCKED) and one "
+                   "fenced finish transaction; no history, no tenant fairness, no framework. Ours also writes "
+                   "three history events per job and serves the least-loaded tenant first.")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = []
+    for r in [head, *rows]:
+        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines

@@ -1,0 +1,87 @@
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs.bench import BENCH_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
+
+QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200}
+FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500}
+
+
+class Command(BaseCommand):
+    help = (
+        "Speed figures on the configured database (DATABASE_URL), one run, one table: enqueue rate "
+        "(one by one and enqueue_many); end-to-end jobs.noop jobs/s through 1, 2, 4, 8 run_worker "
+        "processes next to a minimal raw-psycopg SKIP LOCKED loop (PostgreSQL only; n/a on SQLite); "
+        "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with the table "
+        "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process. Each "
+        "figure is printed next to its target (ok/MISS); targets are goals, not tests. "
+        "It works only in its own tenants (bench-enqueue, bench-e2e, bench-latency, bench-claim, "
+        "bench-bulk-00…49) and the table bench_reference_jobs: it deletes leftovers there before it "
+        "starts and everything there when it ends; other tenants' rows are never touched (on PostgreSQL "
+        "the claim section runs a plain VACUUM (ANALYZE) on jobs_job, which blocks no reads or writes; like any "
+        "worker, its workers also run lease recovery, timers and the outbox relay). "
+        "Examples: `python manage.py bench`, `python manage.py bench --quick`, "
+        "`make bench BENCH_ARGS='--rows 100000 --processes 1,2'`. Progress goes to stderr, the table "
+        "to stdout."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--jobs", type=int, default=None,
+                            help=f"Jobs per end-to-end run and for enqueue_many (default {FULL['jobs']}; "
+                                 "one-by-one enqueue uses at most 2000).")
+        parser.add_argument("--rows", type=int, default=None,
+                            help=f"DONE, then WAITING_EXTERNAL rows bulk-loaded for the claim-time section "
+                                 f"(default {FULL['rows']:,}).")
+        parser.add_argument("--processes", default="1,2,4,8",
+                            help="Worker process counts for the end-to-end runs, comma-separated (default 1,2,4,8).")
+        parser.add_argument("--latency-jobs", type=int, default=None,
+                            help=f"Jobs enqueued one at a time per latency row (default {FULL['latency_jobs']}).")
+        parser.add_argument("--latency-workers", type=int, default=2,
+                            help="Idle worker processes waiting for the latency jobs (default 2).")
+        parser.add_argument("--latency-interval", type=float, default=20.0,
+                            help="Milliseconds between two latency jobs (default 20).")
+        parser.add_argument("--claims", type=int, default=None,
+                            help=f"Claims timed per table size (default {FULL['claims']}).")
+        parser.add_argument("--skip-bulk", action="store_true",
+                            help="Skip the bulk loads: claim time is measured on the table as found only.")
+        parser.add_argument("--quick", action="store_true",
+                            help="Small sizes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                                 + " (explicit options win).")
+
+    def handle(self, *args, **opts):
+        sizes = QUICK if opts["quick"] else FULL
+        try:
+            processes = [int(p) for p in str(opts["processes"]).split(",") if p.strip()]
+        except ValueError:
+            raise CommandError("--processes takes a comma-separated list of integers, e.g. 1,2,4,8") from None
+        config = BenchConfig(
+            jobs=opts["jobs"] if opts["jobs"] is not None else sizes["jobs"],
+            rows=opts["rows"] if opts["rows"] is not None else sizes["rows"],
+            processes=processes,
+            latency_jobs=opts["latency_jobs"] if opts["latency_jobs"] is not None else sizes["latency_jobs"],
+            latency_workers=opts["latency_workers"],
+            latency_interval_ms=opts["latency_interval"],
+            claims=opts["claims"] if opts["claims"] is not None else sizes["claims"],
+            skip_bulk=opts["skip_bulk"],
+        )
+        if config.jobs < 1 or config.latency_jobs < 1 or config.claims < 1 or config.latency_workers < 1:
+            raise CommandError("--jobs, --latency-jobs, --claims and --latency-workers must be at least 1")
+        if config.rows < 0 or config.latency_interval_ms < 0:
+            raise CommandError("--rows and --latency-interval must not be negative")
+        if not processes or min(processes) < 1:
+            raise CommandError("--processes needs counts of at least 1")
+
+        started = time.monotonic()
+
+        def progress(message: str) -> None:
+            sys.stderr.write(f"[bench {time.monotonic() - started:6.1f} s] {message}\n")
+            sys.stderr.flush()
+
+        try:
+            results = bench_run(config, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"bench failed (its rows were cleaned up): {exc}") from exc
+        self.stdout.write(render(results), ending="")
+        progress(f"done; tenants {BENCH_TENANTS[0]} … {BENCH_TENANTS[-1]} and {REFERENCE_TABLE} are clean")
