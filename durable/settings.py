@@ -66,6 +66,11 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+# Workers are long-lived processes: a connection is kept from one claim to the
+# next (reconnecting costs more than a claim). `?conn_max_age=N` in
+# DATABASE_URL or CONN_MAX_AGE overrides it; a broken connection is dropped
+# on its first error either way.
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers
     # never both read a job as eligible; WAL lets readers proceed meanwhile.

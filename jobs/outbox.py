@@ -221,7 +221,7 @@ def registered_consumers(event_type: str) -> list[Consumer]:
 # ---------------------------------------------------------------- the relay
 
 
-@periodic_task("outbox.relay", every=0.25)
+@periodic_task("outbox.relay", every=1.0)
 def outbox_relay(
     *,
     limit: int = 100,

@@ -194,7 +194,7 @@ def timer_cancel_for_job(*, job_id: int, reason: str, now: float | datetime | No
 # ---------------------------------------------------------------- firing
 
 
-@periodic_task("timers.fire", every=0.25)
+@periodic_task("timers.fire", every=1.0)
 def timer_fire_due(*, limit: int = 100, worker_id: str = "timers", now: float | datetime | None = None) -> int:
     """Decide at most `limit` due timers (fire, cancel or supersede each);
     return how many were decided.

@@ -109,6 +109,9 @@ class Worker:
         self.stats: Counter = Counter()
         self._stopping = threading.Event()
         self._wake = threading.Event()
+        # Set by a NOTIFY: something became eligible or an outbox event
+        # committed, so the periodic tasks run now instead of on schedule.
+        self._notified = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[Future, Running] = {}
         self._last_maintenance = 0.0
@@ -126,7 +129,7 @@ class Worker:
         pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="job")
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
-        listener = notify.Listener(self._wake) if connection.vendor == "postgresql" else None
+        listener = notify.Listener(self._wake, self._notified) if connection.vendor == "postgresql" else None
         if listener:
             listener.start()
         try:
@@ -165,8 +168,15 @@ class Worker:
             self._wake.clear()
             try:
                 close_old_connections()
-                progressed = self._maintain()
                 claimed = self._claim_into(pool)
+                notified = self._notified.is_set()
+                self._notified.clear()
+                progressed = self._maintain(periodic_now=notified)
+                if cfg.until_idle and not claimed and not progressed and not self._running:
+                    # About to stop: run every maintenance step now rather
+                    # than on its schedule — a recovered lease, a due wait or
+                    # a fired timer is new work.
+                    progressed = self._maintain(force=True)
                 db_failures = 0
             except DatabaseError as exc:
                 # The database restarting must not kill the worker: back off and retry.
@@ -327,13 +337,15 @@ class Worker:
 
     # ------------------------------------------------------------ maintenance
 
-    def _maintain(self) -> int:
-        """Bounded housekeeping; returns how many items it moved (so
-        `--until-idle` keeps going while recovery or timers make work)."""
+    def _maintain(self, *, force: bool = False, periodic_now: bool = False) -> int:
+        """Bounded housekeeping on its schedule (all of it now with `force`;
+        the periodic tasks now with `periodic_now`, after a NOTIFY); returns
+        how many items it moved, so `--until-idle` goes on while recovery or
+        timers make work."""
         cfg = self.config
         now = time.monotonic()
         moved = 0
-        if now - self._last_maintenance >= cfg.heartbeat_interval or cfg.until_idle:
+        if now - self._last_maintenance >= cfg.heartbeat_interval or force:
             self._last_maintenance = now
             for recovered in self.store.recover_expired(limit=cfg.maintenance_limit, actor=cfg.worker_id):
                 self.stats["recovered"] += 1
@@ -342,7 +354,7 @@ class Worker:
                 moved += 1
             moved += self.store.wake_due(limit=cfg.maintenance_limit)
         for task in _periodic.values():
-            if now - self._last_periodic.get(task.name, 0.0) >= task.every or cfg.until_idle:
+            if now - self._last_periodic.get(task.name, 0.0) >= task.every or force or periodic_now:
                 self._last_periodic[task.name] = now
                 try:
                     moved += task.run(worker_id=cfg.worker_id, limit=cfg.maintenance_limit) or 0
