@@ -213,8 +213,45 @@ def _statement(template: str, worker, clock, ttl, tenants, actions) -> tuple[str
 
 
 def _run(sql: str, params: dict) -> Job | None:
-    claimed = list(Job.objects.raw(sql, params))
-    return claimed[0] if claimed else None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        columns = tuple(c[0] for c in cursor.description)
+    return job_from_row(columns, row)
+
+
+def job_from_row(columns: tuple[str, ...], row) -> Job:
+    """A Job from a `RETURNING *` row, converted as the ORM would (JSON,
+    datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
+    fields and converters for every row — a millisecond on the hot path."""
+    converters = _converters(connection.vendor, columns)
+    values = [value if not convert else _apply(convert, value) for convert, value in zip(converters, row)]
+    return Job.from_db(connection.alias, list(columns), values)
+
+
+def _apply(converters, value):
+    for convert, expression in converters:
+        value = convert(value, expression, connection)
+    return value
+
+
+_CONVERTERS: dict = {}
+
+
+def _converters(vendor: str, columns: tuple[str, ...]) -> list:
+    key = (vendor, columns)
+    if key not in _CONVERTERS:
+        fields = {f.column: f for f in Job._meta.concrete_fields}
+        resolved = []
+        for column in columns:
+            field = fields[column]
+            col = field.get_col(Job._meta.db_table)
+            found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+            resolved.append([(convert, col) for convert in found])
+        _CONVERTERS[key] = resolved
+    return _CONVERTERS[key]
 
 
 def _least_loaded_tenant_sqlite(clock: Clock, tenants, actions) -> str | None:
