@@ -19,15 +19,14 @@ def job_ready() -> None:
 
 
 class Listener:
-    """A background thread holding its own connection in LISTEN, setting
-    `notified` and then `wake` on each notification. If the connection drops it reconnects with
-    backoff; meanwhile the worker's poll keeps work moving."""
+    """A background thread holding its own connection in LISTEN, calling
+    `on_notify()` for each notification. If the connection drops it
+    reconnects with backoff; meanwhile the worker's poll keeps work moving."""
 
-    def __init__(self, wake, notified=None, *, alias: str = "default"):
+    def __init__(self, on_notify, *, alias: str = "default"):
         import threading
 
-        self.wake = wake
-        self.notified = notified
+        self.on_notify = on_notify
         self.alias = alias
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="listen", daemon=True)
@@ -62,9 +61,7 @@ class Listener:
                 try:
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            if self.notified is not None:
-                                self.notified.set()
-                            self.wake.set()
+                            self.on_notify()
                 finally:
                     conn.close()
             except Exception:  # noqa: BLE001 - any failure: back off, reconnect; polling covers the gap

@@ -1,14 +1,15 @@
 """The worker runtime behind `manage.py run_worker`.
 
-One process claims jobs and runs their handlers on a pool of threads. Around
-that it:
+One process runs `concurrency` claim slots: threads that each claim a job,
+run its handler, record the outcome under the fence and claim the next.
+Around them it:
 - renews each running job's lease every ttl/3 — only while the handler is
   alive and within its action's timeout; a renewal that hits `Conflict` sets
   the handler's cancellation flag, and nothing that handler returns is written;
 - sweeps expired leases (`recover_expired`), wakes due waits and runs the
   registered periodic tasks (timers, outbox relay) on a bounded budget;
-- sleeps when idle until a PostgreSQL NOTIFY, a finished job or the poll
-  interval (with jitter) wakes it — polling is the fallback, never the only way;
+- sleeps when idle until a PostgreSQL NOTIFY or the poll interval (with
+  jitter) wakes it — polling is the fallback, never the only way;
 - on SIGTERM/SIGINT stops claiming, gives running handlers `grace` seconds,
   then exits 0 leaving any still-running job to expire and be recovered; a
   second signal exits at once.
@@ -27,7 +28,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, close_old_connections, connection, connections
@@ -103,17 +103,29 @@ class Running:
 
 
 class Worker:
+    """`concurrency` claim slots, each a thread that claims a job, runs its
+    handler and records the outcome, then claims the next — no hand-off
+    between a claiming thread and a running one. The main thread does the
+    housekeeping and decides when to stop; a heartbeat thread renews leases."""
+
     def __init__(self, config: WorkerConfig, *, store: Store | None = None):
         self.config = config
         self.store = store or Store()
         self.stats: Counter = Counter()
+        self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
+        # Wakes the main thread: a NOTIFY, a signal, a slot that went idle.
         self._wake = threading.Event()
         # Set by a NOTIFY: something became eligible or an outbox event
         # committed, so the periodic tasks run now instead of on schedule.
         self._notified = threading.Event()
+        # Idle slots sleep on this condition until `_offer_work` bumps the
+        # generation (new work may exist) or their poll interval passes.
+        self._work = threading.Condition()
+        self._generation = 0
+        self._idle_slots = 0
         self._lock = threading.Lock()
-        self._running: dict[Future, Running] = {}
+        self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
@@ -126,19 +138,23 @@ class Worker:
         cfg = self.config
         self._event("worker.start", concurrency=cfg.concurrency, lease_ttl=cfg.lease_ttl,
                     tenants=cfg.tenants or "all", actions=cfg.actions or "all", db=connection.vendor)
-        pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="job")
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
-        listener = notify.Listener(self._wake, self._notified) if connection.vendor == "postgresql" else None
+        listener = notify.Listener(self._on_notify) if connection.vendor == "postgresql" else None
         if listener:
             listener.start()
+        slots = [threading.Thread(target=self._slot, args=(n,), name=f"slot-{n}", daemon=True)
+                 for n in range(cfg.concurrency)]
+        for slot in slots:
+            slot.start()
         try:
-            self._loop(pool)
+            self._loop()
         finally:
-            self._drain(pool)
+            self._stopping.set()
+            self._offer_work()
+            self._drain(slots)
             if listener:
                 listener.stop()
-            self._stopping.set()
             heartbeat.join(timeout=5)
             self._event("worker.stop", **self._summary())
             connections.close_all()
@@ -148,6 +164,7 @@ class Worker:
         if not self._stopping.is_set():
             self._event("worker.stopping", reason=reason, running=len(self._running))
         self._stopping.set()
+        self._offer_work()
         self._wake.set()
 
     def install_signal_handlers(self) -> None:
@@ -161,105 +178,135 @@ class Worker:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
-    def _loop(self, pool: ThreadPoolExecutor) -> None:
+    def _on_notify(self) -> None:
+        self._notified.set()
+        self._offer_work()
+        self._wake.set()
+
+    def _offer_work(self) -> None:
+        """Tell idle slots that work may be eligible now."""
+        with self._work:
+            self._generation += 1
+            self._work.notify_all()
+
+    def _count(self, counter: str) -> None:
+        with self._stats_lock:
+            self.stats[counter] += 1
+
+    def _loop(self) -> None:
+        """The main thread: housekeeping, and with `until_idle` the decision to stop."""
         cfg = self.config
         db_failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
             try:
                 close_old_connections()
-                claimed = self._claim_into(pool)
                 notified = self._notified.is_set()
                 self._notified.clear()
-                progressed = self._maintain(periodic_now=notified)
-                if cfg.until_idle and not claimed and not progressed and not self._running:
+                moved = self._maintain(periodic_now=notified)
+                if cfg.until_idle and self._all_idle() and not moved:
                     # About to stop: run every maintenance step now rather
                     # than on its schedule — a recovered lease, a due wait or
                     # a fired timer is new work.
-                    progressed = self._maintain(force=True)
+                    moved = self._maintain(force=True)
+                    if not moved and self._all_idle():
+                        self._event("worker.idle")
+                        return
+                if moved:
+                    self._offer_work()
                 db_failures = 0
             except DatabaseError as exc:
-                # The database restarting must not kill the worker: back off and retry.
                 db_failures += 1
-                delay = min(30.0, 0.5 * 2**db_failures) * random.random()
-                self._event("worker.db_error", level=logging.WARNING, error=str(exc)[:300], retry_in=round(delay, 2))
-                connections.close_all()
-                self._stopping.wait(delay)
+                self._db_backoff(exc, db_failures)
                 continue
-            if claimed:
-                continue
-            if cfg.until_idle and not self._running and not progressed:
-                self._event("worker.idle")
-                return
-            # Full jitter on the poll keeps a fleet of idle workers from
-            # polling in lock-step; NOTIFY or a finished job wakes us sooner.
-            self._wake.wait(cfg.poll_interval * (0.5 + random.random() / 2))
+            # Slots claim on their own; the main thread wakes for a NOTIFY,
+            # a signal, an idle slot (until_idle) or its next housekeeping.
+            self._wake.wait(min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + random.random() / 2))
 
-    def _claim_into(self, pool: ThreadPoolExecutor) -> int:
-        cfg = self.config
-        claimed = 0
-        while not self._stopping.is_set() and len(self._running) < cfg.concurrency:
-            job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions, ttl=cfg.lease_ttl)
-            if job is None:
-                break
-            claimed += 1
-            self.stats["claimed"] += 1
-            self._event("job.claim", job=job)
-            try:
-                spec = get_action(job.action)
-            except UnknownAction as exc:
-                self._record(job, lambda: self.store.fail(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                          error=str(exc), failure=Failure.ATTENTION), "attention")
-                continue
-            ctx = JobContext(job=job, worker_id=cfg.worker_id, store=self.store)
-            now = time.monotonic()
-            running = Running(ctx, now, now + spec.timeout if spec.timeout else None)
-            with self._lock:
-                future = pool.submit(self._execute, spec, ctx)
-                self._running[future] = running
-            future.add_done_callback(self._on_done)
-        return claimed
+    def _all_idle(self) -> bool:
+        with self._work:
+            return self._idle_slots == self.config.concurrency and not self._running
 
-    def _on_done(self, future: Future) -> None:
-        with self._lock:
-            self._running.pop(future, None)
-        self._wake.set()
+    def _db_backoff(self, exc: DatabaseError, failures: int) -> None:
+        """The database restarting must not kill the worker: back off, reconnect."""
+        delay = min(30.0, 0.5 * 2**failures) * random.random()
+        self._event("worker.db_error", level=logging.WARNING, error=str(exc)[:300], retry_in=round(delay, 2))
+        connections.close_all()
+        self._stopping.wait(delay)
 
-    def _drain(self, pool: ThreadPoolExecutor) -> None:
+    def _drain(self, slots: list[threading.Thread]) -> None:
         """Give running handlers the grace period, then leave the rest to expire."""
         deadline = time.monotonic() + self.config.grace
-        while self._running and time.monotonic() < deadline:
-            time.sleep(0.05)
+        for slot in slots:
+            slot.join(timeout=max(0.0, deadline - time.monotonic()))
         with self._lock:
             left = list(self._running.values())
         for running in left:
             # Their leases are no longer renewed; recovery hands them to another worker.
             running.ctx.cancelled.set()
             self._event("job.abandoned", job=running.ctx.job, reason="grace period over")
-        if not left:
-            # Each pool thread holds its own database connection: have every
-            # thread close its own (a connection may only be closed by the
-            # thread that opened it).
-            barrier = threading.Barrier(self.config.concurrency)
 
-            def close_own_connections():
+    # ------------------------------------------------------------ a claim slot
+
+    def _slot(self, number: int) -> None:
+        cfg = self.config
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                with self._work:
+                    seen = self._generation
                 try:
-                    barrier.wait(timeout=2)
-                except threading.BrokenBarrierError:
-                    pass
-                connections.close_all()
+                    close_old_connections()
+                    job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions,
+                                                ttl=cfg.lease_ttl)
+                    failures = 0
+                except DatabaseError as exc:
+                    failures += 1
+                    self._db_backoff(exc, failures)
+                    continue
+                if job is None:
+                    self._sleep_until_work(seen)
+                    continue
+                self._count("claimed")
+                self._event("job.claim", job=job)
+                self._run_job(number, job)
+        finally:
+            # A connection may only be closed by the thread that opened it.
+            connections.close_all()
 
-            for _ in range(self.config.concurrency):
-                pool.submit(close_own_connections)
-            pool.shutdown(wait=True)
-        else:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def _sleep_until_work(self, seen: int) -> None:
+        """Idle until new work is offered (or the poll interval passes). The
+        generation read before the claim means an offer made while this slot
+        was claiming is not lost."""
+        with self._work:
+            self._idle_slots += 1
+            if self._generation == seen and not self._stopping.is_set():
+                self._wake.set()  # the main thread may decide the worker is idle
+                # Full jitter on the poll keeps a fleet of idle workers from
+                # polling in lock-step; NOTIFY wakes it sooner.
+                self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))
+            self._idle_slots -= 1
 
-    # ------------------------------------------------------------ running a job
+    def _run_job(self, number: int, job: Job) -> None:
+        cfg = self.config
+        try:
+            spec = get_action(job.action)
+        except UnknownAction as exc:
+            self._record(job, lambda: self.store.fail(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
+                                                      error=str(exc), failure=Failure.ATTENTION), "attention")
+            return
+        ctx = JobContext(job=job, worker_id=cfg.worker_id, store=self.store)
+        now = time.monotonic()
+        with self._lock:
+            self._running[number] = Running(ctx, now, now + spec.timeout if spec.timeout else None)
+        try:
+            self._execute(spec, ctx)
+        finally:
+            with self._lock:
+                self._running.pop(number, None)
 
     def _execute(self, spec, ctx: JobContext) -> None:
         job, cfg = ctx.job, self.config
-        close_old_connections()
         try:
             outcome = spec.handler(ctx)
         except Conflict as exc:
@@ -294,7 +341,7 @@ class Worker:
             # The outcome could not be recorded (database unreachable): the
             # lease expires and recovery runs the job again, so handlers must
             # be safe to repeat — external effects go through operations.
-            self.stats["unrecorded"] += 1
+            self._count("unrecorded")
             self._event("job.write_failed", level=logging.ERROR, job=job, error=str(exc)[:300])
             close_old_connections()
             return
@@ -303,10 +350,10 @@ class Worker:
             self._event(f"job.{counter}", job=job, reason=decision.reason, delay=decision.delay)
         else:
             self._event(f"job.{counter}", job=job)
-        self.stats[counter] += 1
+        self._count(counter)
 
     def _lost(self, job: Job, reason: str) -> None:
-        self.stats["lost"] += 1
+        self._count("lost")
         self._event("job.fence_lost", level=logging.WARNING, job=job, reason=reason)
 
     # ------------------------------------------------------------ heartbeats
@@ -315,8 +362,8 @@ class Worker:
         cfg = self.config
         while not self._stopping.wait(cfg.heartbeat_interval):
             with self._lock:
-                running = [(f, r) for f, r in self._running.items() if not f.done()]
-            for future, r in running:
+                running = list(self._running.values())
+            for r in running:
                 if r.ctx.cancelled.is_set():
                     continue
                 if r.deadline is not None and time.monotonic() > r.deadline:
@@ -348,7 +395,7 @@ class Worker:
         if now - self._last_maintenance >= cfg.heartbeat_interval or force:
             self._last_maintenance = now
             for recovered in self.store.recover_expired(limit=cfg.maintenance_limit, actor=cfg.worker_id):
-                self.stats["recovered"] += 1
+                self._count("recovered")
                 self._event("job.recovered", tenant=recovered.tenant, key=recovered.key,
                             to_state=recovered.to_state, reason=recovered.reason)
                 moved += 1
@@ -361,7 +408,7 @@ class Worker:
                 except DatabaseError:
                     raise  # the loop backs off and reconnects
                 except Exception as exc:  # noqa: BLE001 - one broken task must not stop the worker
-                    self.stats["task_errors"] += 1
+                    self._count("task_errors")
                     self._event("worker.task_failed", level=logging.ERROR, task=task.name, error=repr(exc)[:300])
         return moved
 

@@ -255,7 +255,7 @@ def test_per_aggregate_order_holds_under_four_concurrent_relays():
 @pytest.mark.django_db(transaction=True)
 def test_emit_wakes_listening_workers_on_commit_and_not_on_rollback():
     wake = threading.Event()
-    listener = notify.Listener(wake)
+    listener = notify.Listener(wake.set)
     listener.start()
     try:
         time.sleep(0.5)  # let it LISTEN
