@@ -71,6 +71,13 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 # DATABASE_URL or CONN_MAX_AGE overrides it; a broken connection is dropped
 # on its first error either way.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
+    "DATABASE_PREPARED_STATEMENTS", default=True
+):
+    # Server-side binding lets psycopg prepare statements it runs repeatedly
+    # (the claim), so PostgreSQL plans them once per connection. Leave it off
+    # behind a transaction-mode pooler that cannot keep prepared statements.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 2})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers
     # never both read a job as eligible; WAL lets readers proceed meanwhile.
