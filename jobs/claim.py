@@ -59,7 +59,7 @@ _LEASE_AND_LOG_PG = """
     claimed AS (
         UPDATE jobs_job AS j SET {set_leased}
         FROM candidate WHERE j.id = candidate.id
-        RETURNING j.*
+        RETURNING {returning}
     ), logged AS (
         INSERT INTO jobs_jobevent
             (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
@@ -135,7 +135,7 @@ _SQLITE = """
     UPDATE jobs_job AS j SET {set_leased}
     WHERE j.id = (SELECT id FROM jobs_job WHERE {eligible} {tenant_filter} {action_filter}
                   ORDER BY priority DESC, next_attempt_at ASC, id LIMIT 1)
-    RETURNING *
+    RETURNING {returning}
 """
 
 
@@ -199,6 +199,7 @@ def _statement(template: str, worker, clock, ttl, tenants, actions) -> tuple[str
     else:
         tenants_cte = ""
     sql = template.format(
+        returning=", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS),
         tenants=tenants_cte,
         set_leased=_SET_LEASED.format(now=now, until=until),
         eligible=_ELIGIBLE.format(now=now),
@@ -216,14 +217,16 @@ def _run(sql: str, params: dict) -> Job | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-        if row is None:
-            return None
-        columns = tuple(c[0] for c in cursor.description)
-    return job_from_row(columns, row)
+    return None if row is None else job_from_row(JOB_COLUMNS, row)
+
+
+# Every column of a job, in the order the claim statements return them
+# (naming them spares reading the cursor's description on every claim).
+JOB_COLUMNS = tuple(f.column for f in Job._meta.concrete_fields)
 
 
 def job_from_row(columns: tuple[str, ...], row) -> Job:
-    """A Job from a `RETURNING *` row, converted as the ORM would (JSON,
+    """A Job from a claim's returned row, converted as the ORM would (JSON,
     datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
     fields and converters for every row — a millisecond on the hot path."""
     converters = _converters(connection.vendor, columns)
