@@ -35,7 +35,6 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from . import notify
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, UnknownAction
-
 from .models import Job
 from .retry import Failure
 from .states import State
@@ -112,7 +111,6 @@ class Worker:
         self.config = config
         self.store = store or Store()
         self.stats: Counter = Counter()
-        self._stats_lock = threading.Lock()
         self._stopping = threading.Event()
         # Wakes the main thread: a NOTIFY, a signal, a slot that went idle.
         self._wake = threading.Event()
@@ -124,7 +122,7 @@ class Worker:
         self._work = threading.Condition()
         self._generation = 0
         self._idle_slots = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _running and stats
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
         self._last_periodic: dict[str, float] = {}
@@ -190,7 +188,7 @@ class Worker:
             self._work.notify_all()
 
     def _count(self, counter: str) -> None:
-        with self._stats_lock:
+        with self._lock:
             self.stats[counter] += 1
 
     def _loop(self) -> None:
