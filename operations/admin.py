@@ -1,11 +1,43 @@
 """Operations in the admin: staff read intents, receipts and their history;
-operators clear connector pauses. Thin shells over `services.py`."""
+operators decide operations in doubt (the provider holds it: a human receipt;
+it does not: send again) and clear connector pauses. Thin shells over
+`services.py`."""
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from jobs.errors import JobError
 
 from .errors import OperationStateError
-from .models import ConnectorPause, Operation, OperationEvent, Receipt
-from .services import connector_pause_clear
+from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, Receipt
+from .services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human
+
+
+class HumanDecisionForm(forms.Form):
+    """What an operator found at the provider for an operation in doubt."""
+
+    decision = forms.ChoiceField(
+        widget=forms.RadioSelect,
+        choices=[
+            ("sent", "The provider holds it — record a receipt and resolve the job"),
+            ("not_sent", "The provider does not hold it — send it again (same operation id)"),
+        ],
+    )
+    provider_reference = forms.CharField(required=False, help_text="The provider's id for the message (when sent).")
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), help_text="Why you are sure.")
+    evidence = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                               help_text="What you looked at (dashboard, support ticket, …).")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") == "sent" and not data.get("provider_reference"):
+            self.add_error("provider_reference", "A receipt needs the provider's reference.")
+        return data
 
 
 class _ReadOnly:
@@ -48,8 +80,50 @@ class OperationAdmin(_ReadOnly, admin.ModelAdmin):
     list_select_related = ("job",)
     inlines = [ReceiptInline, OperationEventInline]
     readonly_fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state",
-                       "attempts", "last_dispatched_at", "last_error", "created_at", "updated_at")
+                       "human_decision", "attempts", "last_dispatched_at", "last_error", "created_at", "updated_at")
     fields = readonly_fields
+
+    @admin.display(description="Operator decision")
+    def human_decision(self, operation):
+        if operation.state not in IN_DOUBT:
+            return "—"
+        url = reverse("admin:operations_operation_decide", args=[operation.pk])
+        return format_html('<a class="button" href="{}">Decide what became of it…</a>', url)
+
+    def get_urls(self):
+        decide = self.admin_site.admin_view(self.decide_view)
+        return [path("<uuid:object_id>/decide/", decide, name="operations_operation_decide"), *super().get_urls()]
+
+    def decide_view(self, request, object_id):
+        """An operator records what the provider shows for an operation in doubt."""
+        if not request.user.has_perm("operations.change_operation"):
+            raise PermissionDenied
+        operation = get_object_or_404(Operation, pk=object_id)
+        form = HumanDecisionForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data, actor = form.cleaned_data, request.user.get_username()
+            evidence = {"note": data["evidence"]} if data["evidence"] else {}
+            try:
+                if data["decision"] == "sent":
+                    operation_resolve_by_human(operation=operation, actor=actor, evidence=evidence,
+                                               provider_reference=data["provider_reference"], reason=data["reason"])
+                else:
+                    operation_confirm_not_accepted(operation=operation, actor=actor, evidence=evidence,
+                                                   reason=data["reason"])
+            except (OperationStateError, JobError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, f"Recorded your decision on operation {operation.id}.", messages.SUCCESS)
+                return redirect("admin:operations_operation_change", operation.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Decide operation {operation.id}",
+            "operation": operation,
+            "events": operation.events.order_by("id"),
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/operations/operation/decide.html", context)
 
 
 @admin.register(Receipt)

@@ -149,3 +149,39 @@ def test_admin_shows_operations_read_only_and_clears_pauses(admin_client, in_dou
     assert cleared.status_code == 200
     pause.refresh_from_db()
     assert pause.cleared_by == "admin"
+
+
+@pytest.mark.django_db
+def test_operator_decides_an_operation_in_doubt_in_the_admin(admin_client, in_doubt):
+    op = Operation.objects.get()
+    page = admin_client.get(f"/admin/operations/operation/{op.pk}/change/")
+    assert "Decide what became of it" in page.content.decode()
+    form = admin_client.get(f"/admin/operations/operation/{op.pk}/decide/")
+    assert form.status_code == 200 and str(op.id) in form.content.decode()
+
+    missing = admin_client.post(f"/admin/operations/operation/{op.pk}/decide/",
+                                {"decision": "sent", "reason": "seen it"})
+    assert "A receipt needs the provider&#x27;s reference." in missing.content.decode()
+    op.refresh_from_db()
+    assert op.state == "NEEDS_INVESTIGATION"
+
+    [message] = in_doubt.messages()
+    done = admin_client.post(f"/admin/operations/operation/{op.pk}/decide/",
+                             {"decision": "sent", "provider_reference": message["id"], "reason": "in the dashboard",
+                              "evidence": "status: delivered"})
+    assert done.status_code == 302
+    op.refresh_from_db()
+    assert (op.state, op.receipt.how, op.receipt.recorded_by) == ("ACCEPTED", "human", "admin")
+    assert op.receipt.evidence == {"note": "status: delivered"}
+    assert job().state == "DONE"
+
+
+@pytest.mark.django_db
+def test_staff_without_the_operator_permission_cannot_decide(client, django_user_model, in_doubt):
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    client.force_login(viewer)
+    op = Operation.objects.get()
+    assert client.post(f"/admin/operations/operation/{op.pk}/decide/",
+                       {"decision": "not_sent", "reason": "x"}).status_code == 403
+    op.refresh_from_db()
+    assert op.state == "NEEDS_INVESTIGATION"
