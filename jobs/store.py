@@ -28,7 +28,7 @@ from . import notify
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
-from .models import Job, JobEvent
+from .models import Job
 from .retry import Decision, Failure, classify, decide
 from .states import State, transition
 
@@ -181,7 +181,7 @@ class Store:
             ON CONFLICT (tenant, key) DO NOTHING
             RETURNING id, created_at
         """
-        event = f"'enqueue', '', 'READY', 0, '', %s, '', '{{}}'"
+        event = "'enqueue', '', 'READY', 0, '', %s, '', '{}'"
         with transaction.atomic(), connection.cursor() as cursor:
             if _is_postgres():
                 cursor.execute(
@@ -555,7 +555,7 @@ class Store:
         """
         transition(name, State.LEASED, target)
         now_sql, now_params = clock.sql()
-        sets, params = [f"state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
+        sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
         for column, value in changes.items():
             expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
             sets.append(f"{column} = {expr}")

@@ -290,8 +290,9 @@ class Worker:
         try:
             spec = get_action(job.action)
         except UnknownAction as exc:
+            reason = str(exc)
             self._record(job, lambda: self.store.fail(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                      error=str(exc), failure=Failure.ATTENTION), "attention")
+                                                      error=reason, failure=Failure.ATTENTION), "attention")
             return
         ctx = JobContext(job=job, worker_id=cfg.worker_id, store=self.store)
         now = time.monotonic()
@@ -314,8 +315,9 @@ class Worker:
             if ctx.cancelled.is_set():
                 self._lost(job, f"handler failed after losing its lease: {exc!r}")
                 return
-            self._record(job, lambda: self.store.fail_with(job.tenant, job.key, cfg.worker_id, job.lease_epoch, exc),
-                         "failed")
+            failure = exc  # the name `exc` is unbound when the except block ends
+            self._record(job, lambda: self.store.fail_with(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
+                                                           failure), "failed")
             return
         if ctx.cancelled.is_set():
             self._lost(job, "the lease was lost while the handler ran; its result is discarded")

@@ -25,6 +25,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def start_sim(tmp_path):
+    """Start provider simulator subprocesses (quiet, storage under tmp_path);
+    all are stopped at teardown. `db_name` lets a later simulator reopen an
+    earlier one's storage (a provider that comes back from an outage)."""
+    from connectors.simulator_process import start_simulator
+
+    started = []
+
+    def start(mode: str = "idempotent", *, db_name: str = "provider.sqlite3", **options):
+        handle = start_simulator(mode=mode, db_path=tmp_path / db_name, quiet=True, **options)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
+@pytest.fixture
 def store():
     from jobs.store import Store
 

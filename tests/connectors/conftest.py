@@ -6,29 +6,13 @@ Nothing here touches Django's database.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from connectors.email_http import HttpEmailConnector
 from connectors.registry import build_http_connector
-from connectors.simulator_process import SimulatorHandle, start_simulator
-
-
-@pytest.fixture
-def start_sim(tmp_path) -> Iterator[Callable[..., SimulatorHandle]]:
-    """Start simulator subprocesses (quiet, storage under tmp_path); all are stopped at teardown."""
-    started: list[SimulatorHandle] = []
-
-    def start(mode: str = "idempotent", *, db_name: str = "provider.sqlite3", **options: Any) -> SimulatorHandle:
-        handle = start_simulator(mode=mode, db_path=tmp_path / db_name, quiet=True, **options)
-        started.append(handle)
-        return handle
-
-    yield start
-    for handle in started:
-        handle.stop()
+from connectors.simulator_process import SimulatorHandle
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 table: legal calls land exactly as the model says; illegal ones (a stale
 fence, a transition not in the table) raise and change nothing."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -15,6 +15,7 @@ from jobs.errors import Conflict
 from jobs.models import Job
 from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,16 +28,6 @@ def run_until_idle(**config) -> Worker:
 
 def job(key, tenant="studio"):
     return Job.objects.get(tenant=tenant, key=key)
-
-
-def wait_for(predicate, timeout=20.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def test_worker_runs_jobs_until_idle_and_counts_outcomes(store):

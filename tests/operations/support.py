@@ -1,11 +1,10 @@
 """Plain helpers shared by the operations tests."""
 
-import time
-
 from connectors.registry import PROVIDER_FOR_SIMULATOR_MODE
 from jobs.actions import JobContext, get_action
 from jobs.errors import Conflict
 from jobs.models import Job
+from tests.support import wait_for  # noqa: F401 - re-exported for the operations tests
 
 SEND_EMAIL = "connectors.send_email"
 EMAIL = {"to": "ada@example.com", "subject": "Your quote Q-017", "body": "Please find your quote attached."}
@@ -48,13 +47,3 @@ def make_due(tenant: str, key: str) -> None:
 
 def job(tenant: str = "studio", key: str = "send-quote-017") -> Job:
     return Job.objects.get(tenant=tenant, key=key)
-
-
-def wait_for(predicate, *, timeout: float, interval: float = 0.02, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
