@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
 
-.PHONY: install test test-postgres demo migrate worker simulator bench chaos clean
+.PHONY: install lint test test-postgres demo migrate worker simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+lint: install  ## undefined and unused names, syntax errors
+	$(VENV)/bin/ruff check .
 
 test: install  ## the suite, on DATABASE_URL (default: SQLite)
 	$(PY) -m pytest $(PYTEST_ARGS)
