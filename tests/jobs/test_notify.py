@@ -48,3 +48,31 @@ def test_polling_still_finds_work_without_notifications(store, manage):
         assert Job.objects.get(key="silent").state == "DONE"
     finally:
         _stop(proc)
+
+
+@pytest.mark.postgres
+def test_a_worker_survives_its_database_connections_being_killed(store, manage):
+    from django.db import connection
+
+    proc = _serve(manage, poll_interval="0.5")
+    try:
+        store.enqueue("studio", "before")
+        deadline = time.monotonic() + 20
+        while Job.objects.get(key="before").state != "DONE" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # What a database restart or a failover does to every open connection.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] >= 2  # the worker's slot and its LISTEN connection
+        store.enqueue("studio", "after")
+        deadline = time.monotonic() + 30
+        while Job.objects.get(key="after").state != "DONE" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Job.objects.get(key="after").state == "DONE"
+    finally:
+        out = _stop(proc)
+    assert proc.returncode == 0
+    assert "done=2" in out
