@@ -27,19 +27,18 @@ def connector_pause_active(*, tenant: str, provider: str) -> ConnectorPause | No
 
 def operations_by_state(*, tenant: str | None = None, job_key_prefix: str | None = None) -> Counter:
     """How many operations are in each state."""
-    operations = Operation.objects.all()
-    if tenant is not None:
-        operations = operations.filter(tenant=tenant)
-    if job_key_prefix is not None:
-        operations = operations.filter(job__key__startswith=job_key_prefix)
-    return Counter(dict(operations.values_list("state").annotate(n=Count("id")).order_by()))
+    return _count_by(Operation.objects.all(), "state", "", tenant, job_key_prefix)
 
 
 def receipts_by_how(*, tenant: str | None = None, job_key_prefix: str | None = None) -> Counter:
     """How many receipts were obtained each way (direct, replay, lookup, human)."""
-    receipts = Receipt.objects.all()
+    return _count_by(Receipt.objects.all(), "how", "operation__", tenant, job_key_prefix)
+
+
+def _count_by(rows, column: str, to_operation: str, tenant: str | None, job_key_prefix: str | None) -> Counter:
+    """Count `rows` per `column`, optionally for one tenant and job keys with a prefix."""
     if tenant is not None:
-        receipts = receipts.filter(operation__tenant=tenant)
+        rows = rows.filter(**{f"{to_operation}tenant": tenant})
     if job_key_prefix is not None:
-        receipts = receipts.filter(operation__job__key__startswith=job_key_prefix)
-    return Counter(dict(receipts.values_list("how").annotate(n=Count("id")).order_by()))
+        rows = rows.filter(**{f"{to_operation}job__key__startswith": job_key_prefix})
+    return Counter(dict(rows.values_list(column).annotate(n=Count("id")).order_by()))
