@@ -35,10 +35,14 @@ INSTALLED_APPS = [
     "operations",
     "connectors",
     "company",
+    "console",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS) served by the application itself, with
+    # DEBUG off, as in production (DESIGN §1: the console is the product).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -99,6 +103,22 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise serves STATIC_ROOT (filled by `collectstatic`, required when
+# DURABLE_PRODUCTION=1, with compressed, content-hashed names). Outside
+# production it serves straight from the apps' static folders, so
+# `make demo`'s server shows a styled admin without a collectstatic step.
+WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=not PRODUCTION)
+if WHITENOISE_USE_FINDERS and not STATIC_ROOT.is_dir():
+    STATIC_ROOT = None  # nothing collected: served from the finders alone (WhiteNoise would warn)
+if PRODUCTION:
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+
+# Which tenants a user may see in the console and the role held in each
+# (DESIGN §14): one function, asked by every admin page and decision.
+DURABLE_TENANT_SCOPE = env("DURABLE_TENANT_SCOPE", default="company.scope.tenant_scope")
 
 # The outside world (DESIGN §6, §10).
 PROVIDER_URL = env("PROVIDER_URL", default="http://127.0.0.1:8025")

@@ -31,20 +31,27 @@ class ActionSpec:
     handler: Callable[["JobContext"], Any]
     retry: RetryPolicy = DEFAULT_POLICY
     timeout: float | None = None  # seconds; past it the lease is no longer renewed
+    # A Django form class naming the payload fields a reviewer may correct
+    # before approving (correct-and-approve); None: no correction offered.
+    review_form: type | None = None
 
 
 _registry: dict[str, ActionSpec] = {}
 
 
-def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None):
-    """Register the decorated function as the handler of `name`."""
+def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None):
+    """Register the decorated function as the handler of `name`.
+
+    `review_form`: a Django form class whose fields are the payload fields a
+    reviewer may correct (validated by the form) before approving a job of
+    this action that waits for review."""
 
     def register(handler):
         existing = _registry.get(name)
         if existing is not None and existing.handler is not handler:
             if getattr(existing.handler, "__qualname__", None) != handler.__qualname__:
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
-        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout)
+        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form)
         return handler
 
     return register
@@ -62,6 +69,12 @@ def get_action(name: str) -> ActionSpec:
 def retry_policy(name: str) -> RetryPolicy:
     spec = _registry.get(name)
     return spec.retry if spec else DEFAULT_POLICY
+
+
+def review_form(name: str):
+    """The correction form `name` declares, or None."""
+    spec = _registry.get(name)
+    return spec.review_form if spec else None
 
 
 def registered_actions() -> list[str]:

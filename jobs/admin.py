@@ -1,100 +1,115 @@
-"""Jobs in the admin: staff read; operators retry, resolve or cancel through
-the Store (the admin is a thin shell — every decision is a Store transition
-with its history row)."""
+"""Jobs in the admin: read-only evidence within the user's tenants
+(`admin_scope.ScopedAdmin`). Decisions are not admin actions: they are taken
+on the console's decision pages (a note, the state the person saw, their
+role in the tenant — `jobs.review`), which these pages link to."""
 
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
+from . import access
+from .admin_scope import ActionFilter, ScopedAdmin, TenantFilter
 from .errors import JobError
-from .models import InboundEvent, Job, JobEvent, OutboxEvent, Timer
-from .store import Store
+from .models import InboundEvent, Job, OutboxEvent, Timer
+from .review import decision_logged
+from .states import State
 
 
-class JobEventInline(admin.TabularInline):
-    model = JobEvent
-    extra = 0
-    can_delete = False
-    fields = ("created_at", "kind", "from_state", "to_state", "epoch", "worker_id", "actor", "reason", "detail")
-    readonly_fields = fields
-    ordering = ("id",)
+class LeaseFilter(admin.SimpleListFilter):
+    """LEASED jobs whose lease ran out: a worker died and recovery has not
+    taken them back yet (index job_leased_expiry)."""
 
-    def has_add_permission(self, request, obj=None):
-        return False
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request, model_admin):
+        return [("expired", "Expired")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "expired":
+            return queryset.filter(state=State.LEASED, lease_until__lte=timezone.now())
+        return queryset
 
 
-def _operator_action(name: str, description: str):
-    def run(modeladmin, request, queryset):
-        store = Store()
-        done = 0
-        for job in queryset:
-            try:
-                getattr(store, name)(job.tenant, job.key, reason=f"{description} in the admin",
-                                     actor=request.user.get_username())
-                done += 1
-            except JobError as exc:
-                modeladmin.message_user(request, f"{job.tenant}/{job.key}: {exc}", messages.ERROR)
-        if done:
-            modeladmin.message_user(request, f"{description}: {done} job(s).", messages.SUCCESS)
+class OverdueFilter(admin.SimpleListFilter):
+    """PENDING timers already due (index timer_pending_due)."""
 
-    run.__name__ = f"operator_{name}"
-    run.short_description = description
-    run.allowed_permissions = ("change",)
-    return run
+    title = "due"
+    parameter_name = "overdue"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Overdue")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(state=Timer.Status.PENDING, scheduled_for__lte=timezone.now())
+        return queryset
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
-    list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "worker_id",
-                    "next_attempt_at", "updated_at")
-    list_filter = ("state", "tenant", "action")
-    search_fields = ("key", "subject_id", "worker_id")
-    ordering = ("-updated_at",)
-    inlines = [JobEventInline]
-    actions = [
-        _operator_action("retry", "Retry"),
-        _operator_action("resolve", "Mark resolved"),
-        _operator_action("cancel", "Cancel"),
-    ]
+class JobAdmin(ScopedAdmin):
+    list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "next_attempt_at", "updated_at")
+    list_filter = ("state", TenantFilter, ActionFilter, LeaseFilter)
+    search_fields = ("key",)
+    search_help_text = "Job key, or the start of one (case-sensitive)."
+    # Newest first by primary key: the pk index serves it at any size.
+    ordering = ("-id",)
+    readonly_fields = ("console",)
+    fieldsets = (
+        (None, {"fields": ("console", "tenant", "key", "action", "state", "wait_reason", "last_error", "payload")}),
+        ("Attempts and lease", {"fields": ("attempts", "max_attempts", "recoveries", "first_attempt_at",
+                                           "next_attempt_at", "lease_epoch", "lease_until", "worker_id", "wake_at")}),
+        ("Subject and result", {"fields": ("subject_type", "subject_id", "subject_version", "priority", "result",
+                                           "created_at", "updated_at", "finished_at")}),
+    )
 
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Job._meta.fields]
+    def get_search_results(self, request, queryset, search_term):
+        # A prefix match on the key, which the job_key_prefix index serves;
+        # no case-folding or substring scan over a million rows.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(key__startswith=term), False
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+    @admin.display(description="Console")
+    def console(self, job):
+        timeline = reverse("console:timeline", args=[job.pk])
+        links = format_html('<a href="{}">Evidence timeline</a>', timeline)
+        if job.state in (State.WAITING_REVIEW, State.NEEDS_ATTENTION):
+            links = format_html('{} · <a href="{}">Decision page</a>', links, reverse("console:decide", args=[job.pk]))
+        return links
 
 
 # ---------------------------------------------------------------- outbox, inbound events, timers (read-only)
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
-    """Staff read; the only changes are the operator actions, each a service call."""
+def _operator_action(description: str, decision: str, call, error_types):
+    """An admin action over events of the user's tenants: each one needs the
+    decision's permission and role in that event's tenant, and leaves an
+    admin LogEntry."""
 
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-def _service_action(description: str, call, error_types):
     def run(modeladmin, request, queryset):
         done = 0
+        scope = access.request_scope(request)
         for obj in queryset:
+            refused = access.refusal(request.user, decision, tenant=obj.tenant, scope=scope)
+            if refused:
+                modeladmin.message_user(request, f"{obj}: {refused}", messages.ERROR)
+                continue
             try:
                 call(obj, request.user.get_username())
-                done += 1
             except error_types as exc:
                 modeladmin.message_user(request, f"{obj}: {exc}", messages.ERROR)
+            else:
+                decision_logged(user=request.user, obj=obj, message=description)
+                done += 1
         if done:
             modeladmin.message_user(request, f"{description}: {done}.", messages.SUCCESS)
 
+    run.__name__ = decision
     run.short_description = description
-    run.allowed_permissions = ("change",)
+    run.allowed_permissions = ("operate",)
     return run
 
 
@@ -111,30 +126,32 @@ def _resolve(event, actor):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(_ReadOnlyAdmin):
+class OutboxEventAdmin(ScopedAdmin):
     list_display = ("created_at", "tenant", "event_type", "aggregate_type", "aggregate_id", "sequence", "state",
                     "attempts", "published_at")
-    list_filter = ("state", "event_type", "tenant")
-    search_fields = ("aggregate_id", "event_type")
+    list_filter = ("state", TenantFilter)
+    search_fields = ("=aggregate_id",)
     ordering = ("-created_at",)
-    actions = [_service_action("Requeue quarantined events", _requeue, JobError)]
+    actions = [_operator_action("Requeue quarantined events", "requeue_outbox", _requeue, JobError)]
 
 
 @admin.register(InboundEvent)
-class InboundEventAdmin(_ReadOnlyAdmin):
+class InboundEventAdmin(ScopedAdmin):
     list_display = ("received_at", "provider", "event_id", "event_type", "tenant", "state", "job")
-    list_filter = ("state", "provider", "event_type")
-    search_fields = ("event_id", "note")
+    list_filter = ("state", "provider", TenantFilter)
+    search_fields = ("=event_id",)
     ordering = ("-received_at",)
     raw_id_fields = ("job",)
-    actions = [_service_action("Mark unmatched events resolved", _resolve, JobError)]
+    list_select_related = ("job",)
+    actions = [_operator_action("Mark unmatched events resolved", "resolve_inbound", _resolve, JobError)]
 
 
 @admin.register(Timer)
-class TimerAdmin(_ReadOnlyAdmin):
+class TimerAdmin(ScopedAdmin):
     list_display = ("scheduled_for", "tenant", "reason", "job", "subject_type", "subject_id", "subject_version",
                     "state", "decided_at")
-    list_filter = ("state", "tenant", "subject_type")
-    search_fields = ("reason", "subject_id", "job__key")
+    list_filter = ("state", OverdueFilter, TenantFilter)
+    search_fields = ("=subject_id", "=job__key")
     ordering = ("-scheduled_for",)
     raw_id_fields = ("job", "superseded_by")
+    list_select_related = ("job",)

@@ -55,6 +55,14 @@ class Job(models.Model):
                 condition=models.Q(state__in=["WAITING_EXTERNAL", "WAITING_REVIEW"], wake_at__isnull=False),
             ),
             models.Index(fields=["state", "tenant"], name="job_state_tenant"),
+            # The console's key search is a prefix match (`key LIKE 'abc%'`):
+            # on PostgreSQL this operator class lets a btree serve it. A key
+            # never changes, so the index costs nothing on state changes.
+            models.Index(fields=["key"], name="job_key_prefix", opclasses=["varchar_pattern_ops"]),
+        ]
+        permissions = [
+            ("review_job", "Can decide jobs waiting for review (approve, correct, reject)"),
+            ("operate_job", "Can decide jobs that need attention (retry, resolve, cancel) and requeue events"),
         ]
 
     def __str__(self):

@@ -56,6 +56,11 @@ TRANSITIONS = {
         _t("recover", [_S.LEASED], [_S.READY, _S.NEEDS_ATTENTION]),
         # A reply, a timer or a reviewer's approval ends a wait.
         _t("resume", WAITING, [_S.READY]),
+        # Reviewer decisions (console): approve as is, approve a corrected
+        # payload, or reject (closed, the note is the reason).
+        _t("approve", [_S.WAITING_REVIEW], [_S.READY]),
+        _t("correct", [_S.WAITING_REVIEW], [_S.READY]),
+        _t("reject", [_S.WAITING_REVIEW], [_S.CANCELLED]),
         # Operator decisions (admin): retry, mark resolved with evidence, cancel.
         _t("retry", [_S.NEEDS_ATTENTION, _S.WAITING_REVIEW], [_S.READY]),
         _t("resolve", [_S.NEEDS_ATTENTION, _S.WAITING_REVIEW], [_S.DONE]),

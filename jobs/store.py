@@ -431,6 +431,22 @@ class Store:
                                extra={"next_attempt_at": None, "attempts": 0, "first_attempt_at": None,
                                       "recoveries": 0})
 
+    def approve(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """A reviewer approves a job waiting for review: READY at once."""
+        return self._decide_on(tenant, key, "approve", State.READY, reason, actor, detail, now,
+                               extra={"next_attempt_at": None})
+
+    def correct(self, tenant: str, key: str, *, payload: dict, reason: str, actor: str, detail: dict | None = None,
+                now=None) -> Job:
+        """A reviewer approves a job waiting for review with a corrected
+        `payload` (the caller records before → after in `detail`)."""
+        return self._decide_on(tenant, key, "correct", State.READY, reason, actor, detail, now,
+                               extra={"next_attempt_at": None, "payload": payload, "last_error": ""})
+
+    def reject(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
+        """A reviewer rejects a job waiting for review: closed (CANCELLED)."""
+        return self._decide_on(tenant, key, "reject", State.CANCELLED, reason, actor, detail, now, finished=True)
+
     def resolve(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
         """An operator marks the obligation fulfilled, with evidence in
         `detail` (e.g. "the provider shows it was sent")."""

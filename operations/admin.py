@@ -1,50 +1,61 @@
-"""Operations in the admin: staff read intents, receipts and their history;
-operators decide operations in doubt (the provider holds it: a human receipt;
-it does not: send again) and clear connector pauses. Thin shells over
-`services.py`."""
+"""Operations in the admin: read-only evidence within the user's tenants
+(intents, receipts, their history, connector pauses). Operators decide an
+operation in doubt and clear connector pauses on their own pages, each a thin
+shell over `operations.review` (permission, role in the tenant, state, note,
+history row and LogEntry)."""
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from jobs import access
+from jobs.access import DecisionRefused
+from jobs.admin_scope import ScopedAdmin, TenantFilter
 from jobs.errors import JobError
+from jobs.models import JobEvent
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, Receipt
-from .services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human
+from .review import connector_pause_decide, jobs_held_by_pause, operation_decide
 
 
 class HumanDecisionForm(forms.Form):
     """What an operator found at the provider for an operation in doubt."""
 
     decision = forms.ChoiceField(
+        label="What the provider shows",
         widget=forms.RadioSelect,
         choices=[
             ("sent", "The provider holds it — record a receipt and resolve the job"),
             ("not_sent", "The provider does not hold it — send it again (same operation id)"),
         ],
     )
-    provider_reference = forms.CharField(required=False, help_text="The provider's id for the message (when sent).")
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), help_text="Why you are sure.")
-    evidence = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+    provider_reference = forms.CharField(required=False, label="Provider reference",
+                                         help_text="The provider's id for the message (when sent).")
+    reason = forms.CharField(label="Note", widget=forms.Textarea(attrs={"rows": 2}), help_text="Why you are sure.")
+    evidence = forms.CharField(required=False, label="Evidence", widget=forms.Textarea(attrs={"rows": 3}),
                                help_text="What you looked at (dashboard, support ticket, …).")
+    seen_event = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     def clean(self):
         data = super().clean()
-        if data.get("decision") == "sent" and not data.get("provider_reference"):
+        if data.get("decision") == "sent" and not (data.get("provider_reference") or "").strip():
             self.add_error("provider_reference", "A receipt needs the provider's reference.")
         return data
 
 
-class _ReadOnly:
-    """Evidence is never edited: staff may look, nobody may change it here."""
+def newest_event_id(job_id) -> int | None:
+    return JobEvent.objects.filter(job_id=job_id).order_by("-id").values_list("id", flat=True).first()
 
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
+
+class _EvidenceInline:
+    """History and receipts are evidence: shown, never edited here."""
+
+    extra = 0
+    can_delete = False
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -52,43 +63,47 @@ class _ReadOnly:
     def has_change_permission(self, request, obj=None):
         return False
 
-    def has_delete_permission(self, request, obj=None):
-        return False
 
-
-class ReceiptInline(_ReadOnly, admin.StackedInline):
+class ReceiptInline(_EvidenceInline, admin.StackedInline):
     model = Receipt
-    extra = 0
     fields = ("provider_reference", "accepted_at", "how", "recorded_by", "reason", "evidence", "created_at")
     readonly_fields = fields
 
 
-class OperationEventInline(_ReadOnly, admin.TabularInline):
+class OperationEventInline(_EvidenceInline, admin.TabularInline):
     model = OperationEvent
-    extra = 0
     fields = ("created_at", "kind", "from_state", "to_state", "actor", "epoch", "reason", "detail")
     readonly_fields = fields
     ordering = ("id",)
 
 
 @admin.register(Operation)
-class OperationAdmin(_ReadOnly, admin.ModelAdmin):
+class OperationAdmin(ScopedAdmin):
     list_display = ("id", "tenant", "job", "step", "provider", "kind", "state", "attempts", "updated_at")
-    list_filter = ("state", "provider", "kind", "tenant")
-    search_fields = ("=id", "job__key", "tenant")
+    list_filter = ("state", TenantFilter)
+    search_fields = ("=id",)
     ordering = ("-updated_at",)
     list_select_related = ("job",)
     inlines = [ReceiptInline, OperationEventInline]
-    readonly_fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state",
-                       "human_decision", "attempts", "last_dispatched_at", "last_error", "created_at", "updated_at")
-    fields = readonly_fields
+    readonly_fields = ("decide_link", "waiting_for_operator")
+    fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state", "attempts",
+              "last_dispatched_at", "last_error", "created_at", "updated_at")
+
+    def get_fields(self, request, obj=None):
+        # The decision control only for those allowed to use it.
+        if obj is None or obj.state not in IN_DOUBT:
+            return self.fields
+        allowed = access.may(request.user, "decide_operation", obj.job, scope=access.request_scope(request))
+        return ("decide_link" if allowed else "waiting_for_operator", *self.fields)
 
     @admin.display(description="Operator decision")
-    def human_decision(self, operation):
-        if operation.state not in IN_DOUBT:
-            return "—"
+    def decide_link(self, operation):
         url = reverse("admin:operations_operation_decide", args=[operation.pk])
         return format_html('<a class="button" href="{}">Decide what became of it…</a>', url)
+
+    @admin.display(description="Operator decision")
+    def waiting_for_operator(self, operation):
+        return f"{operation.state}: waiting for an operator of tenant {operation.tenant}"
 
     def get_urls(self):
         decide = self.admin_site.admin_view(self.decide_view)
@@ -96,21 +111,17 @@ class OperationAdmin(_ReadOnly, admin.ModelAdmin):
 
     def decide_view(self, request, object_id):
         """An operator records what the provider shows for an operation in doubt."""
-        if not request.user.has_perm("operations.change_operation"):
-            raise PermissionDenied
-        operation = get_object_or_404(Operation, pk=object_id)
-        form = HumanDecisionForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            data, actor = form.cleaned_data, request.user.get_username()
-            evidence = {"note": data["evidence"]} if data["evidence"] else {}
+        operation = access.get_visible_or_404(Operation.objects.select_related("job"), request.user, pk=object_id)
+        refused = access.refusal(request.user, "decide_operation", tenant=operation.tenant,
+                                 state=operation.job.state)
+        form = HumanDecisionForm(request.POST or None, initial={"seen_event": newest_event_id(operation.job_id)})
+        if request.method == "POST" and not refused and form.is_valid():
+            data = form.cleaned_data
             try:
-                if data["decision"] == "sent":
-                    operation_resolve_by_human(operation=operation, actor=actor, evidence=evidence,
-                                               provider_reference=data["provider_reference"], reason=data["reason"])
-                else:
-                    operation_confirm_not_accepted(operation=operation, actor=actor, evidence=evidence,
-                                                   reason=data["reason"])
-            except (OperationStateError, JobError) as exc:
+                operation_decide(operation_id=operation.pk, user=request.user, decision=data["decision"],
+                                 note=data["reason"], seen_event=data["seen_event"],
+                                 provider_reference=data["provider_reference"], evidence=data["evidence"])
+            except (DecisionRefused, OperationStateError, JobError) as exc:
                 form.add_error(None, str(exc))
             else:
                 self.message_user(request, f"Recorded your decision on operation {operation.id}.", messages.SUCCESS)
@@ -120,48 +131,81 @@ class OperationAdmin(_ReadOnly, admin.ModelAdmin):
             "opts": self.model._meta,
             "title": f"Decide operation {operation.id}",
             "operation": operation,
-            "events": operation.events.order_by("id"),
+            "events": operation.events.order_by("-id")[:50],
             "form": form,
+            "refused": refused,
         }
-        return TemplateResponse(request, "admin/operations/operation/decide.html", context)
+        return TemplateResponse(request, "admin/operations/operation/decide.html", context,
+                                status=403 if refused and request.method == "POST" else 200)
 
 
 @admin.register(Receipt)
-class ReceiptAdmin(_ReadOnly, admin.ModelAdmin):
+class ReceiptAdmin(ScopedAdmin):
+    tenant_field = "operation__tenant"
     list_display = ("provider_reference", "operation", "how", "accepted_at", "recorded_by")
-    list_filter = ("how",)
-    search_fields = ("provider_reference", "=operation__id")
+    list_filter = ("how", TenantFilter)
+    search_fields = ("=provider_reference", "=operation__id")
     list_select_related = ("operation",)
-    readonly_fields = ("operation", "provider_reference", "accepted_at", "how", "evidence", "recorded_by",
-                       "reason", "created_at")
-    fields = readonly_fields
+    ordering = ("-id",)
+    fields = ("operation", "provider_reference", "accepted_at", "how", "evidence", "recorded_by", "reason",
+              "created_at")
 
 
-@admin.action(description="Clear pause (credentials fixed)", permissions=["change"])
-def clear_pause(modeladmin, request, queryset):
-    cleared = 0
-    for pause in queryset.filter(cleared_at__isnull=True):
-        try:
-            if connector_pause_clear(tenant=pause.tenant, provider=pause.provider,
-                                     actor=request.user.get_username(), reason="cleared in the admin"):
-                cleared += 1
-        except OperationStateError as exc:
-            modeladmin.message_user(request, f"{pause}: {exc}", messages.ERROR)
-    modeladmin.message_user(request, f"Cleared {cleared} pause(s). Retry the jobs they held from the jobs list.",
-                            messages.SUCCESS)
+class ClearPauseForm(forms.Form):
+    note = forms.CharField(label="Note", widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text="What was fixed (new credentials, provider ticket…).")
+    retry = forms.MultipleChoiceField(label="Retry the jobs it held back", required=False,
+                                      widget=forms.CheckboxSelectMultiple)
 
 
 @admin.register(ConnectorPause)
-class ConnectorPauseAdmin(admin.ModelAdmin):
+class ConnectorPauseAdmin(ScopedAdmin):
     list_display = ("provider", "tenant", "status_code", "paused_at", "cleared_at", "cleared_by")
-    list_filter = ("provider", "tenant", ("cleared_at", admin.EmptyFieldListFilter))
-    actions = [clear_pause]
-    readonly_fields = ("tenant", "provider", "status_code", "reason", "operation", "paused_at", "cleared_at",
-                       "cleared_by", "clear_reason")
-    fields = readonly_fields
+    list_filter = ("provider", TenantFilter, ("cleared_at", admin.EmptyFieldListFilter))
+    ordering = ("-paused_at",)
+    readonly_fields = ("clear_link",)
+    fields = ("tenant", "provider", "status_code", "reason", "operation", "paused_at", "cleared_at",
+              "cleared_by", "clear_reason")
 
-    def has_add_permission(self, request):
-        return False
+    def get_fields(self, request, obj=None):
+        # The control only for those allowed to use it.
+        if obj is None or not obj.active or access.refusal(request.user, "clear_pause", tenant=obj.tenant,
+                                                           scope=access.request_scope(request)):
+            return self.fields
+        return ("clear_link", *self.fields)
 
-    def has_delete_permission(self, request, obj=None):
-        return False
+    @admin.display(description="Operator decision")
+    def clear_link(self, pause):
+        url = reverse("admin:operations_connectorpause_clear", args=[pause.pk])
+        return format_html('<a class="button" href="{}">Clear the pause…</a>', url)
+
+    def get_urls(self):
+        clear = self.admin_site.admin_view(self.clear_view)
+        return [path("<int:object_id>/clear/", clear, name="operations_connectorpause_clear"), *super().get_urls()]
+
+    def clear_view(self, request, object_id):
+        """Clear a pause (credentials fixed) and retry the jobs it held back."""
+        pause = access.get_visible_or_404(ConnectorPause.objects.all(), request.user, pk=object_id)
+        refused = access.refusal(request.user, "clear_pause", tenant=pause.tenant)
+        held = list(jobs_held_by_pause(pause)[:200])
+        form = ClearPauseForm(request.POST or None, initial={"retry": [str(job.pk) for job in held]})
+        form.fields["retry"].choices = [(str(job.pk), f"{job.key} — {job.action}") for job in held]
+        if request.method == "POST" and not refused and form.is_valid():
+            try:
+                _, retried = connector_pause_decide(pause_id=pause.pk, user=request.user, note=form.cleaned_data["note"],
+                                                    retry_job_ids=form.cleaned_data["retry"])
+            except DecisionRefused as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, f"Cleared {pause}; retried {len(retried)} job(s).", messages.SUCCESS)
+                return redirect("admin:operations_connectorpause_change", pause.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Clear the pause of {pause.provider} for {pause.tenant}",
+            "pause": pause,
+            "form": form,
+            "refused": refused,
+        }
+        return TemplateResponse(request, "admin/operations/connectorpause/clear.html", context,
+                                status=403 if refused and request.method == "POST" else 200)

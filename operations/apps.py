@@ -4,3 +4,21 @@ from django.apps import AppConfig
 class OperationsConfig(AppConfig):
     name = "operations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The engine's console decisions must respect operations: never
+        # resolve a job around an operation in doubt, never correct a request
+        # the provider may already hold.
+        from jobs.review import register_guard
+
+        from .review import refuse_correction_after_dispatch, refuse_resolve_around_doubt
+
+        register_guard("resolve", refuse_resolve_around_doubt)
+        register_guard("correct", refuse_correction_after_dispatch)
+
+        # Queue health (admin index and `queue_health`) counts operations in doubt.
+        from jobs.health import register_health_figure
+
+        from .selectors import operations_in_doubt_count
+
+        register_health_figure("operations_in_doubt", operations_in_doubt_count)

@@ -5,6 +5,7 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 `handlers` module at start-up, which registers it.
 """
 
+from django import forms
 from django.conf import settings
 
 from jobs.actions import JobContext, action
@@ -21,13 +22,32 @@ DEFAULT_EMAIL_PROVIDER = "sim-idempotent"
 SEND_EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=8)
 
 
-@action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300)
+
+
+class EmailCorrection(forms.Form):
+    """What a reviewer may correct on an email the provider rejected."""
+
+    to = forms.EmailField(label="Recipient address", max_length=254)
+    subject = forms.CharField(label="Subject", max_length=200)
+    body = forms.CharField(label="Message", widget=forms.Textarea(attrs={"rows": 6}))
+
+
+def send_step(payload: dict) -> str:
+    """The operation step of this payload's revision: a reviewer's
+    correction (`jobs.review.job_correct_and_approve`) raises `revision`, so
+    the corrected request is a new operation with a new id, and the rejected
+    one stays as evidence."""
+    revision = payload.get("revision") or 1
+    return "send" if revision == 1 else f"send-r{revision}"
+
+
+@action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, review_form=EmailCorrection)
 def send_email(ctx: JobContext) -> dict:
     """Send one email, at most once per job, through the operation protocol.
 
     Payload: `to`, `subject`, `body` (strings) and optionally `provider`
     (default: the `OPERATIONS_DEFAULT_EMAIL_PROVIDER` setting, else
-    "sim-idempotent"). Returns the receipt's summary as the job's result.
+    "sim-idempotent") and `revision` (set by a reviewer's correction). Returns the receipt's summary as the job's result.
     Raises `PermanentError` for a malformed payload (→ review, nothing
     recorded) and whatever `operation_perform` raises.
     """
@@ -37,7 +57,7 @@ def send_email(ctx: JobContext) -> dict:
         raise PermanentError(f"the payload needs {', '.join(problems)} as text; nothing was sent")
     provider = payload.get("provider") or getattr(settings, "OPERATIONS_DEFAULT_EMAIL_PROVIDER", DEFAULT_EMAIL_PROVIDER)
     request = {"to": payload["to"], "subject": payload["subject"], "body": payload["body"]}
-    receipt = operation_perform(ctx, step="send", provider=provider, kind=EMAIL_SEND, request=request)
+    receipt = operation_perform(ctx, step=send_step(payload), provider=provider, kind=EMAIL_SEND, request=request)
     return {
         "operation": str(receipt.operation_id),
         "provider": provider,

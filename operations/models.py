@@ -67,6 +67,9 @@ class Operation(models.Model):
             # Serves the operator's lists (operations to investigate or reconcile).
             models.Index(fields=["state", "tenant"], name="operation_state_tenant"),
         ]
+        permissions = [
+            ("decide_operation", "Can decide operations in doubt and clear connector pauses"),
+        ]
 
     def __str__(self):
         return f"{self.kind} {self.id} [{self.state}]"

@@ -4,7 +4,7 @@ from collections import Counter
 
 from django.db.models import Count, QuerySet
 
-from .models import ConnectorPause, Operation, OperationState, Receipt
+from .models import IN_DOUBT, ConnectorPause, Operation, OperationState, Receipt
 
 
 def operation_for_step(*, job, step: str) -> Operation | None:
@@ -42,3 +42,12 @@ def _count_by(rows, column: str, to_operation: str, tenant: str | None, job_key_
     if job_key_prefix is not None:
         rows = rows.filter(**{f"{to_operation}job__key__startswith": job_key_prefix})
     return Counter(dict(rows.values_list(column).annotate(n=Count("id")).order_by()))
+
+
+def operations_in_doubt_count(tenants: list[str] | None = None) -> int:
+    """Operations the provider may hold without us knowing (INTENDED, UNKNOWN,
+    NEEDS_INVESTIGATION) — a queue health figure (index operation_state_tenant)."""
+    rows = Operation.objects.filter(state__in=IN_DOUBT)
+    if tenants is not None:
+        rows = rows.filter(tenant__in=tenants)
+    return rows.count()

@@ -140,8 +140,8 @@ def test_admin_shows_operations_read_only_and_clears_pauses(admin_client, in_dou
     listing = admin_client.get("/admin/operations/operation/")
     page = admin_client.get(f"/admin/operations/operation/{op.pk}/change/")
     receipts = admin_client.get("/admin/operations/receipt/")
-    cleared = admin_client.post("/admin/operations/connectorpause/",
-                                {"action": "clear_pause", "_selected_action": [pause.pk]}, follow=True)
+    cleared = admin_client.post(f"/admin/operations/connectorpause/{pause.pk}/clear/",
+                                {"note": "credentials rotated"}, follow=True)
 
     assert listing.status_code == page.status_code == receipts.status_code == 200
     body = page.content.decode()
@@ -178,7 +178,10 @@ def test_operator_decides_an_operation_in_doubt_in_the_admin(admin_client, in_do
 
 @pytest.mark.django_db
 def test_staff_without_the_operator_permission_cannot_decide(client, django_user_model, in_doubt):
+    from company.models import Membership, Tenant
+
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    Membership.objects.create(user=viewer, tenant=Tenant.objects.create(slug="studio", name="Studio"), role="viewer")
     client.force_login(viewer)
     op = Operation.objects.get()
     assert client.post(f"/admin/operations/operation/{op.pk}/decide/",

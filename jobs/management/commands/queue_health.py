@@ -17,9 +17,12 @@ def _age(seconds: float | None) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Show queue health: jobs by state, the oldest unpublished outbox event (age, attempts, last error), "
-        "quarantined events, overdue timers and unmatched inbound events. With --check, exit 1 when the "
-        "oldest unpublished event is older than --max-outbox-age or anything is quarantined or unmatched."
+        "Show queue health — the same figures as the admin index: jobs by state (and per tenant), the oldest "
+        "READY job's age, expired leases, jobs waiting for review and needing attention, the oldest "
+        "unpublished outbox event (age, attempts, last error), quarantined events, overdue timers, unmatched "
+        "inbound events and operations in doubt. With --check, exit 1 when there is any problem: the oldest "
+        "unpublished event older than --max-outbox-age, anything quarantined, unmatched, overdue, expired, in "
+        "doubt, or waiting for review or attention."
     )
 
     def add_arguments(self, parser):
@@ -30,14 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         health = queue_health()
-        problems = []
-        age = health.outbox.oldest_pending_age_seconds
-        if age is not None and age > opts["max_outbox_age"]:
-            problems.append(f"oldest unpublished outbox event is {_age(age)} old")
-        if health.outbox.quarantined:
-            problems.append(f"{health.outbox.quarantined} outbox event(s) quarantined")
-        if health.inbound.unmatched:
-            problems.append(f"{health.inbound.unmatched} inbound event(s) unmatched")
+        problems = health.problems(max_outbox_age=opts["max_outbox_age"])
 
         if opts["json"]:
             self.stdout.write(json.dumps({**health.as_dict(), "problems": problems}, default=str))
@@ -45,6 +41,14 @@ class Command(BaseCommand):
             jobs = ", ".join(f"{state} {n}" for state, n in health.jobs.items())
             o, t, i = health.outbox, health.timers, health.inbound
             self.stdout.write(f"jobs:    {jobs}")
+            j = health.job_health
+            for tenant, states in j.by_tenant.items():
+                self.stdout.write(f"  {tenant}: " + ", ".join(f"{s} {n}" for s, n in states.items() if n))
+            self.stdout.write(f"ready:   oldest {_age(j.oldest_ready_age_seconds)} old; "
+                              f"{j.expired_leases} expired lease(s)")
+            self.stdout.write(f"people:  {j.waiting_review} waiting for review, {j.needs_attention} need attention")
+            for name, n in health.figures.items():
+                self.stdout.write(f"{name.replace('_', ' ')}: {n}")
             oldest = (f"oldest {_age(o.oldest_pending_age_seconds)} old, {o.oldest_pending_attempts} attempt(s)"
                       + (f", last error: {o.oldest_pending_error[:200]}" if o.oldest_pending_error else "")
                       if o.oldest_pending_id else "none waiting")

@@ -1,0 +1,35 @@
+from django import template
+
+from jobs.access import request_scope
+from jobs.health import queue_health
+from jobs.states import State
+
+register = template.Library()
+
+
+@register.inclusion_tag("console/health_panel.html", takes_context=True)
+def queue_health_panel(context):
+    """Queue health for the tenants the user sees — the figures
+    `manage.py queue_health` prints (one selector, `jobs.health`)."""
+    request = context["request"]
+    scope = request_scope(request)
+    health = queue_health(tenants=None if scope.everything else scope.tenants())
+    states = [str(s) for s in State]
+    by_tenant = [{"tenant": tenant, "cells": [{"state": s, "n": counts.get(s, 0)} for s in states]}
+                 for tenant, counts in health.job_health.by_tenant.items()]
+    return {"h": health, "states": states, "by_tenant": by_tenant, "request": request}
+
+
+@register.filter
+def age(seconds):
+    """A waiting time for a person: 42s, 3.5 min, 2.1 h, 3.0 days; — for none."""
+    if seconds is None or seconds == "":
+        return "—"
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

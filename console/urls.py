@@ -1,0 +1,23 @@
+"""Console pages, under /admin/console/ and behind the admin's login
+(`admin.site.admin_view`: staff only, CSRF-protected, never cached)."""
+
+from django.contrib import admin
+from django.urls import path
+
+from . import views
+
+app_name = "console"
+
+
+def _view(function):
+    return admin.site.admin_view(function)
+
+
+urlpatterns = [
+    path("review/", _view(views.review_queue), name="review"),
+    path("attention/", _view(views.attention_queue), name="attention"),
+    path("jobs/<int:job_id>/", _view(views.decision_page), name="decide"),
+    path("jobs/<int:job_id>/decide/<slug:decision>/", _view(views.decide), name="decision"),
+    path("jobs/<int:job_id>/timeline/", _view(views.timeline), name="timeline"),
+    path("jobs/<int:job_id>/history.json", _view(views.timeline_download), name="timeline-json"),
+]

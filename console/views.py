@@ -1,0 +1,202 @@
+"""The console's pages (thin: read through selectors, decide through
+`jobs.review` / `operations.review`; who may see and do what is asked of
+`jobs.access`, never decided here)."""
+
+import json
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from jobs import access, review
+from jobs.actions import registered_actions
+from jobs.errors import JobError
+from jobs.models import Job, JobEvent
+from jobs.states import State
+from operations.models import IN_DOUBT, Operation
+
+from .timeline import timeline_json, timeline_page
+
+QUEUE_PAGE = 50
+SERVICES = {
+    "approve": review.job_approve,
+    "reject": review.job_reject,
+    "retry": review.job_retry,
+    "cancel": review.job_cancel,
+}
+
+
+def _may_view(request):
+    if not request.user.has_perm("jobs.view_job"):
+        raise PermissionDenied
+
+
+def _context(request, **values):
+    return {**admin.site.each_context(request), "opts": Job._meta, **values}
+
+
+def _job_or_404(request, job_id) -> Job:
+    return access.get_visible_or_404(Job.objects.all(), request.user, scope=access.request_scope(request), pk=job_id)
+
+
+def _queue(request, state: str, title: str, template: str):
+    _may_view(request)
+    scope = access.request_scope(request)
+    jobs = scope.filter(Job.objects.filter(state=state))
+    tenant, action, reason = (request.GET.get(name, "").strip() for name in ("tenant", "action", "reason"))
+    if tenant:
+        jobs = jobs.filter(tenant=tenant)
+    if action:
+        jobs = jobs.filter(action=action)
+    if reason:
+        # Among the waiting rows only (a small set, found by the state index).
+        jobs = jobs.filter(wait_reason__icontains=reason) if state == State.WAITING_REVIEW else jobs.filter(
+            last_error__icontains=reason)
+    # Oldest first: the longest-waiting item is decided first.
+    page = Paginator(jobs.order_by("updated_at", "id"), QUEUE_PAGE).get_page(request.GET.get("page"))
+    operations = {}
+    for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
+        operations.setdefault(op.job_id, []).append(op)
+    rows = [{"job": job, "operations": operations.get(job.pk, [])} for job in page]
+    return TemplateResponse(request, template, _context(
+        request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
+        filters={"tenant": tenant, "action": action, "reason": reason},
+    ))
+
+
+@require_GET
+def review_queue(request):
+    """Items waiting for review, oldest first, by tenant, action and reason."""
+    return _queue(request, State.WAITING_REVIEW, "Waiting for review", "console/review_queue.html")
+
+
+@require_GET
+def attention_queue(request):
+    """Items that need an operator, oldest first, with their evidence."""
+    return _queue(request, State.NEEDS_ATTENTION, "Needs attention", "console/attention_queue.html")
+
+
+def _why(job: Job, operations: list[Operation]) -> dict:
+    """Why the job waits: the proposal (contract C1: the creation event's
+    detail["proposal"]), the provider's rejection, or the engine's reason."""
+    created = JobEvent.objects.filter(job=job, kind="enqueue").order_by("id").first()
+    proposal = (created.detail or {}).get("proposal") if created and isinstance(created.detail, dict) else None
+    rejected = next((op for op in reversed(operations) if op.state == "REJECTED"), None)
+    return {
+        "proposal": proposal,
+        "proposed_by": (proposal or {}).get("proposed_by") or (created.actor if created else ""),
+        "rationale": (proposal or {}).get("rationale") or (created.reason if created else ""),
+        "rejected": rejected,
+        "reason": job.wait_reason or job.last_error,
+    }
+
+
+def _payload_rows(payload) -> list[tuple[str, str, bool]]:
+    """The payload for a person: (field, value, multiline) rows."""
+    if not isinstance(payload, dict):
+        return [("payload", json.dumps(payload, indent=2, ensure_ascii=False), True)]
+    rows = []
+    for name, value in payload.items():
+        if isinstance(value, str):
+            rows.append((name, value, "\n" in value or len(value) > 80))
+        else:
+            rows.append((name, json.dumps(value, indent=2, ensure_ascii=False), isinstance(value, dict | list)))
+    return rows
+
+
+@require_GET
+def decision_page(request, job_id):
+    """One item: why it waits, its payload, history and operations, and the
+    decisions this user may take on it now."""
+    _may_view(request)
+    job = _job_or_404(request, job_id)
+    scope = access.request_scope(request)
+    operations = list(Operation.objects.filter(job=job).select_related("receipt").order_by("created_at"))
+    events = list(JobEvent.objects.filter(job=job).order_by("-id")[:20])
+    allowed = {d.name: d for d in access.allowed_decisions(request.user, job, scope=scope)}
+    in_doubt = [op for op in operations if op.state in IN_DOUBT]
+    correction = review.correction_form(job) if "correct" in allowed else None
+    if correction is None:
+        allowed.pop("correct", None)
+    return TemplateResponse(request, "console/decide.html", _context(
+        request,
+        title=f"{job.tenant}/{job.key}",
+        job=job,
+        why=_why(job, operations),
+        payload=_payload_rows(job.payload),
+        events=events,
+        seen_event=events[0].id if events else "",
+        operations=operations,
+        in_doubt=in_doubt,
+        may_decide_operation=access.may(request.user, "decide_operation", job, scope=scope),
+        allowed=allowed,
+        correction=correction,
+        next_url=request.GET.get("next", ""),
+    ))
+
+
+@require_POST
+def decide(request, job_id, decision):
+    """Take one decision (POST, CSRF-protected by the admin view) and go back
+    to the queue; a refusal is shown on the item's page and changes nothing."""
+    _may_view(request)
+    job = _job_or_404(request, job_id)
+    if decision not in access.DECISIONS or not access.DECISIONS[decision].states:
+        raise Http404("no such decision")
+    note = request.POST.get("note", "")
+    seen = request.POST.get("seen_event", "")
+    try:
+        if not seen.isdigit():
+            # Every decision is conditional on the state the person saw.
+            raise access.DecisionRefused("the page you decided on did not say which state you saw; reload it")
+        seen_event = int(seen)
+        if decision == "correct":
+            changed = review.job_correct_and_approve(job_id=job.pk, user=request.user, note=note,
+                                                     seen_event=seen_event, data=request.POST)
+        elif decision == "resolve":
+            changed = review.job_resolve(job_id=job.pk, user=request.user, note=note, seen_event=seen_event,
+                                         evidence=request.POST.get("evidence", ""))
+        elif decision in SERVICES:
+            changed = SERVICES[decision](job_id=job.pk, user=request.user, note=note, seen_event=seen_event)
+        else:
+            raise Http404("no such decision")
+    except (access.DecisionRefused, JobError) as exc:
+        messages.error(request, f"{access.DECISIONS[decision].label} refused: {exc}")
+        return redirect("console:decide", job.pk)
+    messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
+                              f"{changed.state}.")
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return redirect(target)
+    queue = "console:review" if job.state == State.WAITING_REVIEW else "console:attention"
+    return redirect(queue)
+
+
+@require_GET
+def timeline(request, job_id):
+    """The job's story, newest first, paged by `before` (an event id)."""
+    _may_view(request)
+    job = _job_or_404(request, job_id)
+    before = request.GET.get("before", "")
+    entries, older = timeline_page(job, before=int(before) if before.isdigit() else None)
+    resolved = [(entry, reverse(entry.link, args=[entry.pk]) if entry.link else "") for entry in entries]
+    return TemplateResponse(request, "console/timeline.html", _context(
+        request, title=f"Evidence timeline — {job.tenant}/{job.key}", job=job, entries=resolved, older=older,
+        first_page=not before,
+    ))
+
+
+@require_GET
+def timeline_download(request, job_id):
+    """The job's whole history as JSON, streamed."""
+    _may_view(request)
+    job = _job_or_404(request, job_id)
+    response = StreamingHttpResponse(timeline_json(job), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-history.json"'
+    return response

@@ -1,0 +1,179 @@
+"""Human decisions on jobs (DESIGN §14): reviewers approve, correct-and-approve
+or reject `WAITING_REVIEW` items; operators retry, resolve with evidence or
+cancel `NEEDS_ATTENTION` items.
+
+Every decision here:
+- is taken by a user, with a required note, on the job *as that user saw it*
+  (`seen_event`: the id of the newest history row on their page) — when the
+  job has moved since, it is refused with "already decided by … at …" and
+  nothing changes, so of two people deciding at once exactly one wins;
+- is allowed only by `jobs.access` (permission + role in the job's tenant +
+  the job's state) and by the guards other apps register for it (e.g.
+  `operations` refuses to resolve a job whose operation is in doubt);
+- is one transition of `states.py` through the Store, and writes its
+  `JobEvent` (actor, note, from → to, epoch) and an admin `LogEntry` in the
+  same transaction.
+"""
+
+from collections.abc import Callable
+
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db import transaction
+
+from . import access
+from .access import DecisionRefused
+from .actions import review_form
+from .models import Job, JobEvent
+from .store import Store
+
+__all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "job_approve", "job_reject",
+           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen"]
+
+
+class AlreadyDecided(DecisionRefused):
+    """Someone (or a worker) changed the job after the deciding user saw it."""
+
+
+# decision name → functions (job) -> "" or why the decision is refused.
+_guards: dict[str, list[Callable[[Job], str]]] = {}
+
+
+def register_guard(decision: str, guard: Callable[[Job], str]) -> None:
+    """Let an app refuse a decision for reasons the engine cannot see (an
+    operation in doubt, say). Registering the same function twice is harmless."""
+    guards = _guards.setdefault(decision, [])
+    if guard not in guards:
+        guards.append(guard)
+
+
+def check_seen(job: Job, seen_event: int | None) -> None:
+    """`AlreadyDecided` unless the job's newest history row is `seen_event`
+    (None: the caller saw no page, e.g. a script — no check)."""
+    if seen_event is None:
+        return
+    newest = JobEvent.objects.filter(job=job).order_by("-id").first()  # index jobevent_job_id
+    if newest is not None and newest.id != seen_event:
+        who = newest.actor or newest.worker_id or "the engine"
+        raise AlreadyDecided(
+            f"already decided by {who} at {newest.created_at:%Y-%m-%d %H:%M:%S %Z} "
+            f"({newest.kind}: {newest.from_state} → {newest.to_state}); nothing changed"
+        )
+
+
+def decision_logged(*, user, obj, message: str) -> None:
+    """The admin's History entry for a decision (same transaction as it)."""
+    LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message, single_object=True)
+
+
+def _require_note(note: str) -> str:
+    note = (note or "").strip()
+    if not note:
+        raise DecisionRefused("a note is required: say why")
+    return note
+
+
+def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | None, run) -> Job:
+    """Lock the job, check what the user saw, who they are and the guards,
+    then `run(job, actor, note)` (one Store transition) and log it."""
+    note = _require_note(note)
+    with transaction.atomic():
+        job = access.get_visible_or_404(Job.objects.select_for_update(), user, pk=job_id)
+        check_seen(job, seen_event)
+        access.require(user, decision, job)
+        for guard in _guards.get(decision, []):
+            reason = guard(job)
+            if reason:
+                raise DecisionRefused(reason)
+        changed = run(job, user.get_username(), note)
+        decision_logged(user=user, obj=changed,
+                        message=f"{access.DECISIONS[decision].label}: {job.state} → {changed.state}. {note}")
+    return changed
+
+
+def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """A reviewer approves a job waiting for review: READY at once, its
+    payload unchanged. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _decide("approve", job_id=job_id, user=user, note=note, seen_event=seen_event,
+                   run=lambda job, actor, note: Store().approve(job.tenant, job.key, reason=note, actor=actor,
+                                                                detail={"decision": "approve"}))
+
+
+def job_reject(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """A reviewer rejects a job waiting for review: CANCELLED, with the note
+    as its reason. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _decide("reject", job_id=job_id, user=user, note=note, seen_event=seen_event,
+                   run=lambda job, actor, note: Store().reject(job.tenant, job.key, reason=note, actor=actor,
+                                                               detail={"decision": "reject"}))
+
+
+def correction_form(job: Job, data=None):
+    """The form of the fields a reviewer may correct on `job` (the job's
+    action declares it), bound to `data` or filled from the payload; None
+    when the action declares none."""
+    form_class = review_form(job.action)
+    if form_class is None:
+        return None
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    return form_class(data=data, initial={name: payload.get(name) for name in form_class.base_fields},
+                      prefix="correct")
+
+
+def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | None, data) -> Job:
+    """A reviewer corrects the fields the job's action lets them edit (its
+    `review_form`, validated) and approves: READY with the corrected payload.
+
+    The correction is recorded on the job's event (`detail["correction"]`:
+    field → before/after) and the payload's `revision` goes up by one, so the
+    handler performs the corrected request as a new operation (a new id);
+    earlier operations stay as evidence. Refused (by the guards
+    `operations` registers) while any operation of the job may have reached
+    the provider. Raises `DecisionRefused` (also for invalid or unchanged
+    fields), `AlreadyDecided`, `Http404`.
+    """
+
+    def run(job, actor, note):
+        form = correction_form(job, data)
+        if form is None:
+            raise DecisionRefused(f"action {job.action} declares no correctable fields; approve or reject it")
+        if not form.is_valid():
+            problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+            raise DecisionRefused(f"the correction is not valid: {problems}")
+        before = job.payload if isinstance(job.payload, dict) else {}
+        correction = {name: {"before": before.get(name), "after": value}
+                      for name, value in form.cleaned_data.items() if before.get(name) != value}
+        if not correction:
+            raise DecisionRefused("nothing was corrected; approve it as it is, or change a field")
+        revision = int(before.get("revision") or 1) + 1
+        payload = {**before, **{name: c["after"] for name, c in correction.items()}, "revision": revision}
+        return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor,
+                               detail={"decision": "correct", "correction": correction, "revision": revision})
+
+    return _decide("correct", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
+
+
+def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator sends a job that needs attention back to work now, with a
+    fresh attempt budget. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _decide("retry", job_id=job_id, user=user, note=note, seen_event=seen_event,
+                   run=lambda job, actor, note: Store().retry(job.tenant, job.key, reason=note, actor=actor,
+                                                              detail={"decision": "retry"}))
+
+
+def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str = "") -> Job:
+    """An operator marks a job that needs attention fulfilled (DONE), with
+    the note and the evidence they looked at. Refused while one of its
+    operations is in doubt: that goes through the operation decision, so no
+    operation is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
+    `Http404`."""
+    return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
+                   run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,
+                                                                detail={"decision": "resolve",
+                                                                        "evidence": (evidence or "").strip()}))
+
+
+def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator cancels a job that needs attention, the note as its
+    reason. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
+                   run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
+                                                               detail={"decision": "cancel"}))

@@ -1,0 +1,126 @@
+"""Operators' decisions that involve operations, taken in the console (DESIGN
+§14): what became of an operation in doubt, and clearing a connector pause
+(then retrying the jobs it held back). Each checks `jobs.access`, what the
+user saw, and writes the job's event and an admin `LogEntry` in the same
+transaction as the change.
+
+Also the guards this app adds to the engine's decisions (`jobs.review`):
+a job whose operation is in doubt is never resolved around it, and a payload
+is never corrected while an operation may have reached the provider.
+"""
+
+from django.db import transaction
+
+from jobs import access
+from jobs.access import DecisionRefused
+from jobs.models import Job
+from jobs.review import check_seen, decision_logged, job_retry
+
+from .models import IN_DOUBT, ConnectorPause, Operation, OperationState
+from .services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human
+
+S = OperationState
+# The provider may hold the request (or does): correcting it now could send both.
+MAY_HAVE_REACHED_PROVIDER = frozenset({S.INTENDED, S.UNKNOWN, S.ACCEPTED, S.NEEDS_INVESTIGATION})
+
+
+def operations_in_doubt(job: Job):
+    return Operation.objects.filter(job=job, state__in=IN_DOUBT).order_by("created_at")
+
+
+def refuse_resolve_around_doubt(job: Job) -> str:
+    """Guard for `job_resolve`: resolving must go through the operation."""
+    doubt = operations_in_doubt(job).first()
+    if doubt is None:
+        return ""
+    return (f"operation {doubt.id} is {doubt.state}: the provider may hold it. Record what the provider shows "
+            f"(sent, with its reference, or not sent) — that decides the job too, so no operation is left behind")
+
+
+def refuse_correction_after_dispatch(job: Job) -> str:
+    """Guard for `job_correct_and_approve`."""
+    reached = Operation.objects.filter(job=job, state__in=MAY_HAVE_REACHED_PROVIDER).order_by("created_at").first()
+    if reached is None:
+        return ""
+    return (f"operation {reached.id} is {reached.state}: it may have reached the provider, so correcting the "
+            f"request could send it twice; decide the operation first")
+
+
+def operation_decide(*, operation_id, user, decision: str, note: str, seen_event: int | None,
+                     provider_reference: str = "", evidence: str = "") -> Operation:
+    """An operator records what the provider shows for an operation in doubt:
+    `decision="sent"` (a human receipt with `provider_reference`; the job is
+    resolved) or `"not_sent"` (the operation FAILED, safe to send again; the
+    job is retried under the same operation id).
+
+    Raises `Http404` (another tenant's operation), `DecisionRefused`
+    (permission, role, job state, empty note), `AlreadyDecided`, and what the
+    operation services raise (`OperationStateError`, `InvalidTransition`).
+    Nothing is written on error."""
+    note = (note or "").strip()
+    if not note:
+        raise DecisionRefused("a note is required: say why")
+    if decision not in ("sent", "not_sent"):
+        raise DecisionRefused("say whether the provider holds it (sent) or not (not_sent)")
+    with transaction.atomic():
+        operation = access.get_visible_or_404(Operation.objects.all(), user, pk=operation_id)
+        job = Job.objects.select_for_update().get(pk=operation.job_id)
+        check_seen(job, seen_event)
+        access.require(user, "decide_operation", job)
+        actor = user.get_username()
+        extra = {"note": evidence.strip()} if evidence and evidence.strip() else {}
+        if decision == "sent":
+            operation_resolve_by_human(operation=operation, actor=actor, evidence=extra,
+                                       provider_reference=provider_reference.strip(), reason=note)
+            message = f"Operation {operation.id}: the provider holds it as {provider_reference.strip()}. {note}"
+        else:
+            operation_confirm_not_accepted(operation=operation, actor=actor, evidence=extra, reason=note)
+            message = f"Operation {operation.id}: confirmed not sent; the job sends it again. {note}"
+        operation.refresh_from_db()
+        decision_logged(user=user, obj=operation, message=message)
+        decision_logged(user=user, obj=Job.objects.get(pk=job.pk), message=message)
+    return operation
+
+
+def jobs_held_by_pause(pause: ConnectorPause):
+    """Jobs of the pause's tenant that need attention because of it: their
+    last error is the refusal of credentials by that provider, or the pause
+    itself (see `protocol._pause` and `protocol._paused_reason`)."""
+    from django.db.models import Q
+
+    held = Q(last_error__startswith=f"{pause.provider} refused the credentials of tenant {pause.tenant}") | Q(
+        last_error__contains=f"connector {pause.provider} paused for tenant {pause.tenant}"
+    )
+    return Job.objects.filter(tenant=pause.tenant, state="NEEDS_ATTENTION").filter(held).order_by("updated_at")
+
+
+def connector_pause_decide(*, pause_id: int, user, note: str, retry_job_ids=()) -> tuple[ConnectorPause, list[Job]]:
+    """An operator clears a connector pause (credentials fixed) and retries
+    the held jobs they chose (`retry_job_ids`, a subset of
+    `jobs_held_by_pause`). The clearing and each retry are separate
+    decisions: a job someone else decided meanwhile is skipped, not forced.
+    Returns the pause and the jobs retried."""
+    note = (note or "").strip()
+    if not note:
+        raise DecisionRefused("a note is required: say what was fixed")
+    with transaction.atomic():
+        pause = access.get_visible_or_404(ConnectorPause.objects.all(), user, pk=pause_id)
+        reason = access.refusal(user, "clear_pause", tenant=pause.tenant)
+        if reason:
+            raise DecisionRefused(reason)
+        held = {job.pk: job for job in jobs_held_by_pause(pause)}
+        if pause.cleared_at is None:
+            connector_pause_clear(tenant=pause.tenant, provider=pause.provider, actor=user.get_username(),
+                                  reason=note)
+            pause.refresh_from_db()
+            decision_logged(user=user, obj=pause, message=f"Cleared: {note}")
+    retried = []
+    for job_id in retry_job_ids:
+        if int(job_id) not in held:
+            continue
+        try:
+            retried.append(job_retry(job_id=int(job_id), user=user, seen_event=None,
+                                     note=f"connector {pause.provider} pause cleared: {note}"))
+        except DecisionRefused:
+            continue  # decided by someone else meanwhile: their decision stands
+    return pause, retried
