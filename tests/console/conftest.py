@@ -1,0 +1,58 @@
+"""People and jobs for the console tests: two tenants, a user per role in
+`studio` (groups from the data migration, memberships from company), and a
+reviewer of `acme` who must never see `studio`'s jobs."""
+
+import pytest
+from django.contrib.auth.models import Group
+
+from company.models import Membership, Tenant
+from jobs.models import Job, JobEvent
+from jobs.store import Store
+
+
+def newest_event(job) -> int:
+    return JobEvent.objects.filter(job=job).order_by("-id").values_list("id", flat=True).first()
+
+
+@pytest.fixture
+def tenants(db):
+    return Tenant.objects.create(slug="studio", name="Studio"), Tenant.objects.create(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def people(tenants, django_user_model):
+    studio, acme = tenants
+
+    def person(name, group, tenant, role):
+        user = django_user_model.objects.create_user(name, password="pw", is_staff=True)
+        user.groups.add(Group.objects.get(name=group))
+        Membership.objects.create(user=user, tenant=tenant, role=role)
+        return user
+
+    return {
+        "reviewer": person("rita", "reviewers", studio, "reviewer"),
+        "operator": person("otto", "operators", studio, "operator"),
+        "viewer": person("vera", "viewers", studio, "viewer"),
+        "other": person("alex", "reviewers", acme, "reviewer"),
+    }
+
+
+def make_job(key, state, *, tenant="studio", action="jobs.noop", payload=None):
+    """A job in `state`, reached through the Store as a worker would."""
+    store = Store()
+    store.enqueue(tenant, key, action=action, payload=payload or {})
+    if state == "READY":
+        return Job.objects.get(tenant=tenant, key=key)
+    epoch = store.claim(tenant, key, "w1")
+    if state == "WAITING_REVIEW":
+        store.fail(tenant, key, "w1", epoch, error="the provider rejected the address", failure="permanent")
+    elif state == "NEEDS_ATTENTION":
+        store.fail(tenant, key, "w1", epoch, error="401 from the provider", failure="auth")
+    elif state == "DONE":
+        store.finish(tenant, key, "w1", epoch)
+    return Job.objects.get(tenant=tenant, key=key)
+
+
+def decide(client, job, decision, note="checked it", **extra):
+    return client.post(f"/admin/console/jobs/{job.pk}/decide/{decision}/",
+                       {"note": note, "seen_event": newest_event(job), **extra})
