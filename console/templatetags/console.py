@@ -14,10 +14,11 @@ def queue_health_panel(context):
     request = context["request"]
     scope = request_scope(request)
     health = queue_health(tenants=None if scope.everything else scope.tenants())
-    states = [str(s) for s in State]
-    by_tenant = [{"tenant": tenant, "cells": [{"state": s, "n": counts.get(s, 0)} for s in states]}
-                 for tenant, counts in health.job_health.by_tenant.items()]
-    return {"h": health, "states": states, "by_tenant": by_tenant, "request": request}
+    tenants = list(health.job_health.by_tenant)
+    by_state = [{"state": str(state), "label": state.label,
+                 "cells": [{"tenant": t, "n": health.job_health.by_tenant[t].get(state, 0)} for t in tenants]}
+                for state in State]
+    return {"h": health, "tenants": tenants, "by_state": by_state, "request": request}
 
 
 @register.filter

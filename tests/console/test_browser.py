@@ -1,0 +1,186 @@
+"""The console as people use it, in a real Chromium (Debian's, driven by
+Playwright) against a live server: reviewers approve, reject and correct;
+an operator resolves with evidence; a viewer sees no controls; a user of one
+tenant gets 404 on another's job; the admin's stylesheet loads.
+
+Set CONSOLE_SCREENSHOTS=<dir> to keep screenshots of the decision page and
+the index's health panel."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs.models import Job
+from operations.models import Operation
+from tests.support import wait_for
+
+from .conftest import make_job
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
+]
+# Playwright's sync API runs an event loop in this thread; the test's own ORM
+# calls are plain synchronous ones between browser steps.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+PASSWORD = "pw"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def login(browser, live_server, people):
+    pages = []
+
+    def as_(role):
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(f"{live_server.url}/admin/login/")
+        page.get_by_label("Username").fill(people[role].username)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{live_server.url}/admin/")
+        pages.append(context)
+        return page
+
+    yield as_
+    for context in pages:
+        context.close()
+
+
+def shot(page, name):
+    folder = os.environ.get("CONSOLE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def decide_in_form(page, label, note):
+    form = page.get_by_role("form", name=label)
+    form.get_by_label("Note (required)").fill(note)
+    form.get_by_role("button", name=label).click()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reviewer_approves_one_item_and_rejects_another_with_notes(login, live_server):
+    first = make_job("quote-1", "WAITING_REVIEW")
+    second = make_job("quote-2", "WAITING_REVIEW")
+    page = login("reviewer")
+    shot(page, "index-health")
+    page.get_by_role("link", name="Waiting for review").click()
+    page.get_by_role("link", name="quote-1").click()
+    shot(page, "review-decision")
+    decide_in_form(page, "Approve", "address checked with the customer")
+    page.get_by_text("Approve: studio/quote-1 is now READY").wait_for()
+
+    page.get_by_role("link", name="quote-2").click()
+    decide_in_form(page, "Reject", "duplicate of quote-1")
+    page.get_by_text("Reject: studio/quote-2 is now CANCELLED").wait_for()
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == ("READY", "CANCELLED")
+    assert first.events.last().reason == "address checked with the customer"
+    assert (second.events.last().actor, second.events.last().reason) == ("rita", "duplicate of quote-1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_corrected_rejected_email_is_sent_once_to_the_corrected_address(login, live_server, manage, start_sim):
+    from jobs.store import Store
+
+    sim = start_sim("idempotent")
+    env = {"PROVIDER_URL": sim.url, "PROVIDER_READ_TIMEOUT": "2", "PROVIDER_CONNECT_TIMEOUT": "1"}
+    Store().enqueue("studio", "quote-email-17", action="connectors.send_email",
+                    payload={"to": "ana-at-example.com", "subject": "Your quote 17", "body": "Dear Ana, here it is."})
+
+    def run_worker():
+        worker = manage.start("run_worker", "--until-idle", "--poll-interval", "0.1", env=env)
+        output, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0, output
+
+    run_worker()
+    job = Job.objects.get(key="quote-email-17")
+    assert job.state == "WAITING_REVIEW" and sim.messages() == []
+    rejected = Operation.objects.get(job=job)
+    assert rejected.state == "REJECTED"
+
+    page = login("reviewer")
+    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
+    page.get_by_text("rejected the request").wait_for()
+    form = page.get_by_role("form", name="Correct and approve")
+    form.get_by_label("Recipient address").fill("ana@example.com")
+    form.get_by_label("Note (required)").fill("the customer's address had a typo")
+    form.get_by_role("button", name="Correct and approve").click()
+    page.get_by_text("is now READY").wait_for()
+
+    run_worker()
+    job.refresh_from_db()
+    assert job.state == "DONE"
+    messages = wait_for(sim.messages, what="the corrected email at the provider")
+    assert [m["to"] for m in messages] == ["ana@example.com"]
+    operations = {op.state: op for op in Operation.objects.filter(job=job)}
+    assert set(operations) == {"REJECTED", "ACCEPTED"}  # the rejected one stays as evidence
+    assert operations["ACCEPTED"].id != rejected.id and operations["ACCEPTED"].request["to"] == "ana@example.com"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_resolves_an_attention_item_with_evidence(login, live_server):
+    job = make_job("invoice-9", "NEEDS_ATTENTION")
+    page = login("operator")
+    page.get_by_role("link", name="Need attention").click()
+    page.get_by_text("401 from the provider").wait_for()
+    page.get_by_role("link", name="invoice-9").click()
+    form = page.get_by_role("form", name="Resolve with evidence")
+    form.get_by_label("Evidence (what you looked at)").fill("ticket #4411: the provider sent it by hand")
+    form.get_by_label("Note (required)").fill("sent manually by the provider's support")
+    form.get_by_role("button", name="Resolve with evidence").click()
+    page.get_by_text("is now DONE").wait_for()
+    job.refresh_from_db()
+    event = job.events.last()
+    assert job.state == "DONE" and event.actor == "otto"
+    assert event.detail["evidence"] == "ticket #4411: the provider sent it by hand"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_viewer_sees_no_decision_controls(login, live_server):
+    job = make_job("quote-1", "WAITING_REVIEW")
+    page = login("viewer")
+    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
+    page.get_by_text("Why it waits").wait_for()
+    assert page.locator("form textarea[name=note]").count() == 0
+    assert page.get_by_role("button", name="Approve").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_of_one_tenant_gets_404_on_another_tenants_job(login, live_server):
+    job = make_job("secret-1", "WAITING_REVIEW", tenant="acme")
+    page = login("reviewer")  # studio
+    response = page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
+    assert response.status == 404
+    response = page.goto(f"{live_server.url}/admin/jobs/job/{job.pk}/change/")
+    assert response.status == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_stylesheet_loads(login, live_server):
+    page = login("viewer")
+    css = page.request.get(f"{live_server.url}/static/admin/css/base.css")
+    assert css.status == 200
+    # The stylesheet applied: the admin's header has its coloured background.
+    background = page.evaluate("getComputedStyle(document.getElementById('header')).backgroundColor")
+    assert background not in ("rgba(0, 0, 0, 0)", "transparent")
