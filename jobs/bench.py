@@ -136,6 +136,7 @@ class Results:
     claims: list[ClaimCase] = field(default_factory=list)
     claim_count: int = 0
     rss_mib: dict[str, list[float]] = field(default_factory=dict)  # section -> per-process VmHWM
+    changelist: list = field(default_factory=list)  # bench_changelist.ChangelistCase
     notes: list[str] = field(default_factory=list)
 
 
@@ -168,6 +169,10 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
         results.claim_count = config.claims
         progress("claim time vs table size")
         results.claims = _claim_vs_size(config, progress)
+        if not config.skip_bulk:
+            from .bench_changelist import changelist_bench
+
+            results.changelist = changelist_bench(config.rows, progress=progress)
     finally:
         progress("cleaning up the bench's rows and reference table")
         bench_cleanup()
@@ -810,6 +815,10 @@ def render(results: Results) -> str:
                 rows.append([section, "0", "n/a", "n/a", "n/a (no /proc)"])
         out += _table(["", "processes", "median MiB", "max MiB", f"< {TARGET_RSS_MIB:.0f} MiB"], rows)
         out.append("")
+
+    from .bench_changelist import render_changelist
+
+    out += render_changelist(results.changelist)
 
     out += results.notes
     out.append("How: workers are real `manage.py run_worker` processes, idle (and LISTENing) before the clock "

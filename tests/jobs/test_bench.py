@@ -24,7 +24,7 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
 
     out = result.stdout
     for section in ("ENQUEUE", "END TO END", "INSERT → START LATENCY", "CLAIM TIME VS TABLE SIZE",
-                    "PEAK RSS PER WORKER PROCESS"):
+                    "PEAK RSS PER WORKER PROCESS", "JOBS CHANGELIST"):
         assert section in out, out
     assert "1 process" in out
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
