@@ -12,6 +12,8 @@ def queue_health_panel(context):
     """Queue health for the tenants the user sees — the figures
     `manage.py queue_health` prints (one selector, `jobs.health`)."""
     request = context["request"]
+    if not request.user.has_perm("jobs.view_job"):
+        return {"hidden": True}
     scope = request_scope(request)
     health = queue_health(tenants=None if scope.everything else scope.tenants())
     tenants = list(health.job_health.by_tenant)

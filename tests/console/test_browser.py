@@ -122,6 +122,7 @@ def test_a_corrected_rejected_email_is_sent_once_to_the_corrected_address(login,
     page = login("reviewer")
     page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
     page.get_by_text("rejected the request").wait_for()
+    shot(page, "correct-decision")
     form = page.get_by_role("form", name="Correct and approve")
     form.get_by_label("Recipient address").fill("ana@example.com")
     form.get_by_label("Note (required)").fill("the customer's address had a typo")

@@ -44,8 +44,9 @@ class Command(BaseCommand):
             j = health.job_health
             for tenant, states in j.by_tenant.items():
                 self.stdout.write(f"  {tenant}: " + ", ".join(f"{s} {n}" for s, n in states.items() if n))
-            self.stdout.write(f"ready:   oldest {_age(j.oldest_ready_age_seconds)} old; "
-                              f"{j.expired_leases} expired lease(s)")
+            oldest_ready = ("none waiting" if j.oldest_ready_age_seconds is None
+                            else f"oldest {_age(j.oldest_ready_age_seconds)} old")
+            self.stdout.write(f"ready:   {oldest_ready}; {j.expired_leases} expired lease(s)")
             self.stdout.write(f"people:  {j.waiting_review} waiting for review, {j.needs_attention} need attention")
             for name, n in health.figures.items():
                 self.stdout.write(f"{name.replace('_', ' ')}: {n}")
