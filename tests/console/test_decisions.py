@@ -221,3 +221,25 @@ def test_clearing_a_pause_retries_the_jobs_it_held_back(client, people):
     other.refresh_from_db()
     assert not pause.active and pause.cleared_by == "otto"
     assert store_job.state == "READY" and other.state == "NEEDS_ATTENTION"
+
+
+def test_correction_is_offered_only_for_actions_that_declare_a_review_form(client, people):
+    job = make_job("q-1", "WAITING_REVIEW")  # jobs.noop declares none
+    client.force_login(people["reviewer"])
+    page = client.get(f"/admin/console/jobs/{job.pk}/").content.decode()
+    assert "/decide/approve/" in page and "/decide/correct/" not in page
+    refused = client.post(f"/admin/console/jobs/{job.pk}/decide/correct/",
+                          {"note": "x", "seen_event": newest_event(job), "correct-to": "a@example.com"},
+                          follow=True).content.decode()
+    assert "declares no correctable fields" in refused
+    job.refresh_from_db()
+    assert job.state == "WAITING_REVIEW" and job.payload == {}
+
+
+def test_a_crafted_post_without_the_seen_state_is_refused(client, people):
+    job = make_job("q-1", "WAITING_REVIEW")
+    client.force_login(people["reviewer"])
+    page = client.post(f"/admin/console/jobs/{job.pk}/decide/approve/", {"note": "x"}, follow=True)
+    assert "reload it" in page.content.decode()
+    job.refresh_from_db()
+    assert job.state == "WAITING_REVIEW"
