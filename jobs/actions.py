@@ -76,10 +76,13 @@ class Wait:
     state: State
     reason: str
     wake_at: datetime | float | None = None
+    # The inbound provider whose event may end an external wait; "" = any
+    # provider bound to the job's tenant (INBOUND_PROVIDER_TENANTS).
+    provider: str = ""
 
     @classmethod
-    def external(cls, reason: str, *, wake_at=None) -> "Wait":
-        return cls(State.WAITING_EXTERNAL, reason, wake_at)
+    def external(cls, reason: str, *, wake_at=None, provider: str = "") -> "Wait":
+        return cls(State.WAITING_EXTERNAL, reason, wake_at, provider)
 
     @classmethod
     def review(cls, reason: str, *, wake_at=None) -> "Wait":
