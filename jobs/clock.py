@@ -72,6 +72,18 @@ class Clock:
             return cursor.fetchone()[0]
 
 
+def db_now() -> datetime:
+    """The database server's clock now (PostgreSQL's `statement_timestamp()`;
+    on SQLite the server is this host). Times that different workers write
+    and compare — a lease, a dispatch — must all come from this one clock,
+    never from each worker's own."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
 def adapt(at: datetime):
     """A datetime as the active backend stores it (SQLite keeps naive UTC text)."""
     return connection.ops.adapt_datetimefield_value(at)
