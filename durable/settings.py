@@ -110,6 +110,13 @@ PROVIDER_READ_TIMEOUT = env.float("PROVIDER_READ_TIMEOUT", default=5.0)
 # allowed clock skew are refused.
 INBOUND_WEBHOOK_SECRETS = env.dict("INBOUND_WEBHOOK_SECRETS", default={})
 INBOUND_MAX_SKEW_SECONDS = env.int("INBOUND_MAX_SKEW_SECONDS", default=300)
+# Which tenants each provider may act for (contract C3), e.g.
+# INBOUND_PROVIDER_TENANTS="sim=demo|studio,mailer=*" ("*" = any tenant). A
+# provider with a secret but no entry here may act for no tenant.
+INBOUND_PROVIDER_TENANTS = {
+    provider: [tenant for tenant in tenants.split("|") if tenant]
+    for provider, tenants in env.dict("INBOUND_PROVIDER_TENANTS", default={}).items()
+}
 
 # Tenant fairness (DESIGN §5): at most this many concurrent leases per tenant
 # (0 = no cap); tenants are served least-loaded first either way.
