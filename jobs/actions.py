@@ -6,7 +6,7 @@
     def send_quote(ctx):
         ...
         return {"sent": True}          # → DONE, stored as the job's result
-        return Wait.external("customer reply", wake_at=...)   # → WAITING_EXTERNAL
+        return Wait.external("customer reply", wake_at=..., provider="mailer")   # → WAITING_EXTERNAL
 
 A handler raises `TransientError`, `PermanentError` or `AuthError` (jobs.errors)
 to say what a failure means; any other exception counts as transient.
