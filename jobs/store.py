@@ -175,6 +175,7 @@ class Store:
         rows); keys that exist are left alone. Returns how many were created.
         Every spec is validated first, as `enqueue` validates one (`ValueError`
         naming the spec and the field); one bad spec writes nothing."""
+        specs = list(specs)
         checked = []
         for index, s in enumerate(specs):
             try:
