@@ -32,6 +32,13 @@ class Script:
 
                 reference = json.loads(body)["client_reference"]
                 return reply_json(handler, 201, message(reference, f"msg-sent-{len(self.posts)}"))
+            if status == 429:
+                # A provider asking for three million years of patience.
+                handler.send_response(429)
+                handler.send_header("Retry-After", "99999999999999")
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                return None
             return reply_json(handler, status, {"error": "server_error"})
         reference = parse_qs(urlsplit(path).query)["client_reference"][0]
         return reply_json(handler, 200, {"data": self.lookup(reference)})
@@ -104,4 +111,18 @@ def test_a_sender_with_a_slow_clock_does_not_shorten_the_settle_window(store, sc
     # The request left moments ago (by the database's clock): it may still
     # arrive, so the other worker waits instead of sending a second copy.
     assert isinstance(too_soon, TransientError) and "may still arrive" in str(too_soon)
+    assert len(posts(fake)) == 1
+
+
+def test_a_providers_absurd_retry_after_is_capped_by_its_declared_ceiling(store, scripted):
+    fake = scripted(Script([429], lambda reference: []))
+    enqueue_email(store, mode="lookup")
+
+    throttled = attempt(store)
+
+    assert isinstance(throttled, TransientError)
+    retry = job()
+    # sim-lookup declares a 30 s retry ceiling: the job retries within it.
+    assert retry.state == "READY"
+    assert retry.next_attempt_at <= timezone.now() + timedelta(seconds=31)
     assert len(posts(fake)) == 1
