@@ -189,6 +189,17 @@ class ProviderIdempotencyMismatch(ProviderError):
     """
 
 
+class ProviderLookupAmbiguous(ProviderError):
+    """A lookup found more than one message carrying our client reference.
+
+    The provider holds duplicates (sent twice, or a provider bug): which one
+    is this operation's receipt is a question for a human, never a guess.
+    ``evidence["matches"]`` lists what the provider returned.
+    """
+
+    may_have_been_accepted = True
+
+
 class Connector(abc.ABC):
     """A provider adapter.
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +37,7 @@ from connectors.base import (
     ProviderError,
     ProviderIdempotencyConflict,
     ProviderIdempotencyMismatch,
+    ProviderLookupAmbiguous,
     ProviderOutcomeUnknown,
     ProviderRejected,
     ProviderThrottled,
@@ -48,6 +51,9 @@ DEFAULT_RETRY_AFTER_SECONDS = 1.0
 EVIDENCE_HEADERS = ("Request-Id", "Idempotent-Replayed", "Retry-After")
 
 USER_AGENT = "durable-workers-connector/1"
+
+# Larger answers are not read: a receipt or a lookup page is a few KiB.
+DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,10 @@ class HttpEmailConnector(Connector):
     ``lookup`` raises ``NotSupported`` unless ``lookup`` is declared.
 
     ``connect_timeout`` bounds establishing the connection; ``read_timeout``
-    bounds each socket operation after that (sending, waiting for the answer).
+    bounds each socket operation after that (sending, waiting for the answer);
+    ``total_timeout`` bounds the whole exchange (default: connect + 2 × read),
+    so a server that drips its answer a byte at a time cannot hold a worker
+    past it. An answer longer than ``max_response_bytes`` is not read.
     """
 
     def __init__(
@@ -115,6 +124,8 @@ class HttpEmailConnector(Connector):
         read_timeout: float,
         *,
         name: str = "email-http",
+        total_timeout: float | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -128,6 +139,8 @@ class HttpEmailConnector(Connector):
         self.capabilities = mode_capabilities
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.total_timeout = float(total_timeout) if total_timeout else float(connect_timeout) + 2 * float(read_timeout)
+        self.max_response_bytes = max_response_bytes
         self.name = name
 
     def __repr__(self) -> str:
@@ -175,10 +188,12 @@ class HttpEmailConnector(Connector):
     def lookup(self, client_reference: str) -> ProviderAccepted | None:
         """Find the message for ``client_reference``; see ``Connector.lookup``.
 
-        When a provider without idempotency accepted several messages for one
-        reference (a resend), the oldest is returned and ``evidence["matches"]``
-        says how many there were — the duplicates are a fact to report, not
-        to hide. A timeout raises ``ProviderOutcomeUnknown``: the lookup's
+        Only a message whose own ``client_reference`` is exactly ours counts:
+        a provider whose lookup ignores or loosens the filter must not make us
+        adopt someone else's message. None carrying it → ``None``; more than
+        one (a provider without idempotency accepted a resend) →
+        ``ProviderLookupAmbiguous`` with all of them as evidence, never a
+        guess. A timeout raises ``ProviderOutcomeUnknown``: the lookup's
         answer, not the message, is unknown.
         """
         if not self.capabilities.lookup:
@@ -192,11 +207,20 @@ class HttpEmailConnector(Connector):
         matches = document.get("data") if isinstance(document, dict) else None
         if not isinstance(matches, list):
             raise ProviderOutcomeUnknown("lookup answer is not readable", status=answer.status, evidence=evidence)
-        if not matches:
+        ours = [m for m in matches if isinstance(m, dict) and m.get("client_reference") == client_reference]
+        evidence["ignored"] = len(matches) - len(ours)  # listed by the provider, but not ours
+        evidence["response"] = ours
+        if not ours:
             return None
-        evidence["matches"] = len(matches)
-        evidence["response"] = matches[0]
-        return self._receipt(matches[0], answer, evidence)
+        if len(ours) > 1:
+            ids = ", ".join(str(m.get("id")) for m in ours)
+            raise ProviderLookupAmbiguous(
+                f"the provider holds {len(ours)} messages for client reference {client_reference} ({ids})",
+                status=answer.status, evidence={**evidence, "matches": len(ours)},
+            )
+        evidence["matches"] = 1
+        evidence["response"] = ours[0]
+        return self._receipt(ours[0], answer, evidence)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -204,6 +228,23 @@ class HttpEmailConnector(Connector):
         connection_class = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         connection = connection_class(self._host, self._port, timeout=self.connect_timeout)
         target = f"{method} {self.base_url}{path}"
+        # The overall deadline: per-operation timeouts cannot stop a peer that
+        # sends one byte just before each would expire, so a timer shuts the
+        # socket at the deadline and the blocked read returns.
+        expired = threading.Event()
+        opened: list[socket.socket] = []  # the response keeps the socket after the connection lets go of it
+
+        def expire() -> None:
+            expired.set()
+            for sock in opened:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        deadline = threading.Timer(self.total_timeout, expire)
+        deadline.daemon = True
+        deadline.start()
         try:
             try:
                 connection.connect()
@@ -214,6 +255,9 @@ class HttpEmailConnector(Connector):
                     evidence={"request": target, "error": repr(exc), "provider": self.name},
                 ) from exc
             connection.sock.settimeout(self.read_timeout)
+            opened.append(connection.sock)
+            if expired.is_set():  # the deadline passed while connecting
+                expire()
             try:
                 connection.request(
                     method,
@@ -227,16 +271,33 @@ class HttpEmailConnector(Connector):
                     },
                 )
                 response = connection.getresponse()
-                return _HttpAnswer(response.status, response.headers, response.read())
+                body = self._read_bounded(response)
+                if expired.is_set():
+                    raise TimeoutError("deadline passed")  # the socket was shut under a read
+                return _HttpAnswer(response.status, response.headers, body)
             except (OSError, http.client.HTTPException) as exc:
                 # Covers read timeouts, resets and RemoteDisconnected: some or
                 # all of the request may have been received and acted on.
+                error = TimeoutError(f"the whole exchange took longer than {self.total_timeout:g}s") \
+                    if expired.is_set() else exc
                 raise ProviderOutcomeUnknown(
-                    f"no answer from {self.base_url} after sending: {exc!r}",
-                    evidence={"request": target, "error": repr(exc), "provider": self.name},
+                    f"no answer from {self.base_url} after sending: {error!r}",
+                    evidence={"request": target, "error": repr(error), "provider": self.name},
                 ) from exc
         finally:
+            deadline.cancel()
             connection.close()
+
+    def _read_bounded(self, response: http.client.HTTPResponse) -> bytes:
+        """The body, or ``ProviderOutcomeUnknown`` past ``max_response_bytes``
+        (the provider answered something, but not a receipt we can trust)."""
+        body = response.read(self.max_response_bytes + 1)
+        if len(body) > self.max_response_bytes:
+            raise ProviderOutcomeUnknown(
+                f"the answer from {self.base_url} is larger than {self.max_response_bytes} bytes; not read",
+                status=response.status, evidence={"provider": self.name, "status_code": response.status},
+            )
+        return body
 
     def _receipt(self, message: Any, answer: _HttpAnswer, evidence: dict[str, Any]) -> ProviderAccepted:
         try:

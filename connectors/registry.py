@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from connectors.base import Capabilities, Connector
-from connectors.email_http import HttpEmailConnector
+from connectors.email_http import DEFAULT_MAX_RESPONSE_BYTES, HttpEmailConnector
 
 # Declared capabilities of the built-in providers, one per simulator mode.
 PROVIDER_CAPABILITIES: dict[str, Capabilities] = {
@@ -64,12 +64,15 @@ def build_http_connector(
         capabilities = PROVIDER_CAPABILITIES[provider_name]
     except KeyError:
         raise UnknownProvider(f"no declared capabilities for provider {provider_name!r}") from None
+    limits = {}
     if base_url is None or connect_timeout is None or read_timeout is None:
         from django.conf import settings
 
         base_url = settings.PROVIDER_URL if base_url is None else base_url
         connect_timeout = settings.PROVIDER_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
         read_timeout = settings.PROVIDER_READ_TIMEOUT if read_timeout is None else read_timeout
+        limits = {"total_timeout": getattr(settings, "PROVIDER_TOTAL_TIMEOUT", None),
+                  "max_response_bytes": getattr(settings, "PROVIDER_MAX_RESPONSE_BYTES", DEFAULT_MAX_RESPONSE_BYTES)}
     if api_key is None:
         api_key = os.environ.get("PROVIDER_API_KEY") or DEFAULT_API_KEY
     return HttpEmailConnector(
@@ -79,6 +82,7 @@ def build_http_connector(
         connect_timeout,
         read_timeout,
         name=provider_name,
+        **limits,
     )
 
 

@@ -5,7 +5,9 @@ used; `DATABASE_URL=postgres://postgres@127.0.0.1:5432/durable` switches to
 PostgreSQL.
 """
 
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -16,11 +18,16 @@ environ.Env.read_env(BASE_DIR / ".env")  # optional, for local overrides; never 
 
 DEBUG = env.bool("DEBUG", default=False)
 # A development checkout (make demo, tests) runs without a secret; a production
-# deployment sets DURABLE_PRODUCTION=1 and must then provide SECRET_KEY.
+# deployment sets DURABLE_PRODUCTION=1 and must then provide SECRET_KEY,
+# PROVIDER_API_KEY and an https PROVIDER_URL (checked below, at start-up).
 PRODUCTION = env.bool("DURABLE_PRODUCTION", default=False)
 SECRET_KEY = env("SECRET_KEY", default="" if PRODUCTION else "insecure-development-only-key")
 if not SECRET_KEY:
     raise environ.ImproperlyConfigured("SECRET_KEY must be set when DURABLE_PRODUCTION=1")
+if PRODUCTION and DEBUG:
+    raise environ.ImproperlyConfigured(
+        "DEBUG=1 is refused when DURABLE_PRODUCTION=1: debug pages show settings and source to anyone"
+    )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
@@ -31,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_q",
+    "axes",
     "jobs",
     "operations",
     "connectors",
@@ -49,7 +57,47 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into its answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for
+# one username from one address, that pair is locked out for
+# AXES_COOLOFF_MINUTES. Behind a reverse proxy set AXES_IPWARE_PROXY_COUNT
+# (how many proxies append to X-Forwarded-For) so the client's address, not
+# the proxy's, is the one counted.
+AUTHENTICATION_BACKENDS = ["durable.auth.LoginThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_IPWARE_PROXY_COUNT", default=0) or None
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+if PRODUCTION:
+    # HTTPS only (`manage.py check --deploy` is clean with these).
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # Probes and scrapers inside the cluster may speak plain HTTP.
+    SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[r"^healthz$", r"^readyz$", r"^metrics$"])
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# Behind a TLS-terminating proxy, Django sees plain HTTP: name the header the
+# proxy sets, e.g. SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO=https".
+# Only when the proxy always sets (or strips) that header — otherwise a client
+# could claim HTTPS itself. Without it behind such a proxy, SSL redirect loops.
+if env("SECURE_PROXY_SSL_HEADER", default=""):
+    _header, _, _value = env("SECURE_PROXY_SSL_HEADER").partition("=")
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip() or "https")
 
 ROOT_URLCONF = "durable.urls"
 WSGI_APPLICATION = "durable.wsgi.application"
@@ -124,16 +172,39 @@ DURABLE_TENANT_SCOPE = env("DURABLE_TENANT_SCOPE", default="company.scope.tenant
 PROVIDER_URL = env("PROVIDER_URL", default="http://127.0.0.1:8025")
 PROVIDER_CONNECT_TIMEOUT = env.float("PROVIDER_CONNECT_TIMEOUT", default=2.0)
 PROVIDER_READ_TIMEOUT = env.float("PROVIDER_READ_TIMEOUT", default=5.0)
+# The whole exchange (default: connect + 2 × read) and the largest answer read.
+PROVIDER_TOTAL_TIMEOUT = env.float("PROVIDER_TOTAL_TIMEOUT", default=None)
+PROVIDER_MAX_RESPONSE_BYTES = env.int("PROVIDER_MAX_RESPONSE_BYTES", default=1024 * 1024)
+if PRODUCTION:
+    # The connector reads PROVIDER_API_KEY from the environment; in
+    # production there is no development default to fall back to.
+    if not env("PROVIDER_API_KEY", default=""):
+        raise environ.ImproperlyConfigured("PROVIDER_API_KEY must be set when DURABLE_PRODUCTION=1")
+    if urlsplit(PROVIDER_URL).scheme != "https":
+        raise environ.ImproperlyConfigured(
+            f"PROVIDER_URL must be an https URL when DURABLE_PRODUCTION=1 (the API key travels with every "
+            f"request), not {PROVIDER_URL!r}"
+        )
 
 # Inbound webhooks (DESIGN §7): per-provider HMAC-SHA256 secrets, e.g.
 # INBOUND_WEBHOOK_SECRETS="sim=abc123,mailer=def456"; requests older than the
 # allowed clock skew are refused.
 INBOUND_WEBHOOK_SECRETS = env.dict("INBOUND_WEBHOOK_SECRETS", default={})
 INBOUND_MAX_SKEW_SECONDS = env.int("INBOUND_MAX_SKEW_SECONDS", default=300)
+# Which tenants each provider may act for (contract C3), e.g.
+# INBOUND_PROVIDER_TENANTS="sim=demo|studio,mailer=*" ("*" = any tenant). A
+# provider with a secret but no entry here may act for no tenant.
+INBOUND_PROVIDER_TENANTS = {
+    provider: [tenant for tenant in tenants.split("|") if tenant]
+    for provider, tenants in env.dict("INBOUND_PROVIDER_TENANTS", default={}).items()
+}
 
 # Tenant fairness (DESIGN §5): at most this many concurrent leases per tenant
 # (0 = no cap); tenants are served least-loaded first either way.
 JOBS_TENANT_LEASE_CAP = env.int("JOBS_TENANT_LEASE_CAP", default=0)
+
+# The largest job payload `enqueue` accepts, as JSON bytes (jobs.validation).
+JOBS_MAX_PAYLOAD_BYTES = env.int("JOBS_MAX_PAYLOAD_BYTES", default=256 * 1024)
 
 # Outbox deliveries before a failing event is quarantined (DESIGN §7).
 OUTBOX_MAX_ATTEMPTS = env.int("OUTBOX_MAX_ATTEMPTS", default=10)
@@ -152,5 +223,9 @@ LOGGING = {
         "json": {"()": "jobs.logformat.LogFormatter", "fmt": "json"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": env("LOG_FORMAT", default="text")}},
-    "loggers": {"jobs": {"handlers": ["console"], "level": env("JOBS_LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "jobs": {"handlers": ["console"], "level": env("JOBS_LOG_LEVEL", default="INFO")},
+        # Server errors (a 500) with their traceback; not propagated, so not twice.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

@@ -6,7 +6,7 @@
     def send_quote(ctx):
         ...
         return {"sent": True}          # → DONE, stored as the job's result
-        return Wait.external("customer reply", wake_at=...)   # → WAITING_EXTERNAL
+        return Wait.external("customer reply", wake_at=..., provider="mailer")   # → WAITING_EXTERNAL
 
 A handler raises `TransientError`, `PermanentError` or `AuthError` (jobs.errors)
 to say what a failure means; any other exception counts as transient.
@@ -89,10 +89,13 @@ class Wait:
     state: State
     reason: str
     wake_at: datetime | float | None = None
+    # The inbound provider whose event may end an external wait; "" = any
+    # provider bound to the job's tenant (INBOUND_PROVIDER_TENANTS).
+    provider: str = ""
 
     @classmethod
-    def external(cls, reason: str, *, wake_at=None) -> "Wait":
-        return cls(State.WAITING_EXTERNAL, reason, wake_at)
+    def external(cls, reason: str, *, wake_at=None, provider: str = "") -> "Wait":
+        return cls(State.WAITING_EXTERNAL, reason, wake_at, provider)
 
     @classmethod
     def review(cls, reason: str, *, wake_at=None) -> "Wait":

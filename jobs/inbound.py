@@ -13,6 +13,15 @@ The signature is compared in constant time. A timestamp further than
 `INBOUND_MAX_SKEW_SECONDS` (default 300) from this server's clock, either way,
 is refused as stale: a captured request cannot be replayed later.
 
+Tenant binding — a provider's secret lets it act only for the tenants the
+setting `INBOUND_PROVIDER_TENANTS` binds it to (environment:
+`INBOUND_PROVIDER_TENANTS="sim=demo|studio,mailer=*"`; `*` = any tenant); a
+provider with a secret but no entry may act for no tenant. And an event only
+resumes a job that waits on *that* provider (`Wait.external(...,
+provider="sim")`): an authentic event of one provider can never end a wait
+for another's, nor touch another tenant's job. Such an event is kept
+UNMATCHED, with the reason, for an operator.
+
 Body — one JSON object:
 
     {"id": "evt_123",                       # the provider's event id: dedupe key
@@ -22,7 +31,9 @@ Body — one JSON object:
      "data": {...}}                         # attached to the job's history
 
 `id` and `type` are required non-empty strings; `tenant` is an optional
-string; `correlation` and `data` are optional objects.
+string; `correlation` and `data` are optional objects. The body must be
+strict JSON (no NaN or Infinity), nested at most 64 levels, with no NUL
+character in any string.
 
 Outcomes (HTTP status, JSON body):
 
@@ -33,10 +44,11 @@ Outcomes (HTTP status, JSON body):
     200 {"status": "duplicate"}   this provider event id was recorded before;
                                   acknowledged, nothing applied again
     400 {"error": …}              stale timestamp, or a malformed body
-    401 {"error": …}              missing or invalid signature or timestamp
-    404 {"error": …}              no secret is configured for this provider
-                                  (an unconfigured provider is a deployment
-                                  error, distinct from a bad signature)
+    401 {"error": …}              missing or invalid signature or timestamp,
+                                  or a provider with no configured secret —
+                                  answered exactly as a bad signature, so
+                                  the answer does not reveal which provider
+                                  names exist; the log says which it was
 
 Nothing is recorded or applied unless the request is authentic, fresh and
 well-formed.
@@ -57,6 +69,8 @@ event UNMATCHED with the reason in `note`.
 import hashlib
 import hmac
 import json
+import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +86,12 @@ from .models import InboundEvent, Job
 from .states import State
 from .store import Store
 from .timers import timer_cancel_for_job
+from .validation import json_problem
+
+log = logging.getLogger("jobs.inbound")
+
+# What a request that fails authentication is told, whatever the cause.
+_NOT_AUTHENTIC = "invalid signature: expected sha256=<hex HMAC-SHA256 of '<timestamp>.' + body>"
 
 __all__ = [
     "JobRef",
@@ -101,7 +121,8 @@ class InboundRejected(JobError):
 
 
 class UnknownProvider(InboundRejected):
-    http_status = 404
+    # 401 like a bad signature: a stranger cannot probe which providers exist.
+    http_status = 401
 
 
 class BadSignature(InboundRejected):
@@ -188,14 +209,23 @@ def inbound_event_receive(
     """
     secret = (getattr(settings, "INBOUND_WEBHOOK_SECRETS", None) or {}).get(provider)
     if not secret:
-        raise UnknownProvider(f"no webhook secret is configured for provider {provider!r}")
+        log.warning("inbound.unknown_provider", extra={"fields": {
+            "event": "inbound.unknown_provider", "provider": provider,
+            "reason": "no webhook secret is configured for this provider (INBOUND_WEBHOOK_SECRETS)"}})
+        # The same checks against a secret nobody holds: the answer is the one
+        # a known provider's forged request gets, header for header.
+        _verify(secret=secrets.token_hex(32), timestamp=timestamp, signature=signature, body=body)
+        raise UnknownProvider(_NOT_AUTHENTIC)
     sent_at = _verify(secret=secret, timestamp=timestamp, signature=signature, body=body)
     # The provider's timestamp is wall-clock time: compare with this server's.
-    skew = abs((time.time() if now is None else now) - sent_at)
+    try:
+        skew = abs((time.time() if now is None else now) - float(sent_at))
+    except OverflowError:
+        skew = float("inf")  # a 400-digit timestamp is simply not fresh
     allowed = getattr(settings, "INBOUND_MAX_SKEW_SECONDS", 300)
     if skew > allowed:
         raise StaleRequest(
-            f"X-Signature-Timestamp {sent_at} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
+            f"X-Signature-Timestamp {str(sent_at)[:20]} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
         )
     message = _parse(body)
 
@@ -231,17 +261,23 @@ def _verify(*, secret: str, timestamp: str | None, signature: str | None, body: 
         raise BadSignature("X-Signature-Timestamp must be an integer number of unix seconds") from None
     expected = signature_for(secret=secret, timestamp=timestamp, body=body)
     if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
-        raise BadSignature("invalid signature: expected sha256=<hex HMAC-SHA256 of '<timestamp>.' + body>")
+        log.warning("inbound.bad_signature", extra={"fields": {"event": "inbound.bad_signature"}})
+        raise BadSignature(_NOT_AUTHENTIC)
     return sent_at
 
 
 def _parse(body: bytes) -> dict:
     try:
-        message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        message = json.loads(body, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise MalformedEvent(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedEvent("the body is not valid JSON: nested too deeply") from None
     if not isinstance(message, dict):
         raise MalformedEvent("the body must be a JSON object")
+    problem = json_problem(message)
+    if problem:
+        raise MalformedEvent(f"the body cannot be stored: {problem}")
     for name, limit in (("id", 200), ("type", 100)):
         value = message.get(name)
         if not isinstance(value, str) or not value.strip():
@@ -264,6 +300,24 @@ def _parse(body: bytes) -> dict:
     return message
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def provider_tenants(provider: str) -> set[str]:
+    """The tenants `provider` may act for (`{"*"}` = any), from the setting
+    `INBOUND_PROVIDER_TENANTS`; none when it has no entry."""
+    bound = (getattr(settings, "INBOUND_PROVIDER_TENANTS", None) or {}).get(provider) or []
+    if isinstance(bound, str):
+        bound = bound.split("|")
+    return {tenant.strip() for tenant in bound if tenant.strip()}
+
+
+def _may_act_for(provider: str, tenant: str) -> bool:
+    tenants = provider_tenants(provider)
+    return "*" in tenants or tenant in tenants
+
+
 def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     """Correlate and resume (inside the recording transaction)."""
     ref, notes = None, []
@@ -281,6 +335,12 @@ def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     if ref is None:
         _unmatched(event, "; ".join([*notes, f"no job matches the correlation {message['correlation']}"]))
         return
+    if not _may_act_for(event.provider, ref.tenant):
+        # Checked before the job is even read: nothing of another tenant's
+        # job is linked or revealed to this provider.
+        _unmatched(event, f"provider {event.provider!r} may not act for tenant {ref.tenant!r} "
+                          f"(INBOUND_PROVIDER_TENANTS binds it to {sorted(provider_tenants(event.provider)) or 'none'})")
+        return
     # Lock order: the job, then its timers (a timer sweep never waits for a
     # job's lock, so this cannot deadlock with it).
     job = Job.objects.select_for_update().filter(tenant=ref.tenant, key=ref.key).first()
@@ -291,6 +351,10 @@ def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     if job.state != State.WAITING_EXTERNAL:
         _unmatched(event, f"job {job.tenant}/{job.key} is {job.state}, not waiting for an external event "
                           "(a timer or an earlier event may have resumed it first)")
+        return
+    if job.wait_provider != event.provider:
+        waits_on = f"provider {job.wait_provider!r}" if job.wait_provider else "no provider's event"
+        _unmatched(event, f"job {job.tenant}/{job.key} waits on {waits_on}, not on {event.provider!r}")
         return
     Store().resume(
         job.tenant,

@@ -2,11 +2,27 @@
 
 import json
 import logging
+import traceback
 from datetime import datetime
+
+# Control characters (and Unicode's line and paragraph separators) in a field
+# value are written as escapes: a job key or an error message containing a
+# newline must not be able to forge a second log line.
+_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def escape(value) -> str:
+    """`value` as one line of text: control characters become escapes."""
+    return str(value).translate(_ESCAPES)
 
 
 class LogFormatter(logging.Formatter):
-    """`text`: one concise line per event; `json`: one JSON object per line."""
+    """`text`: one concise line per event; `json`: one JSON object per line.
+
+    An exception's traceback (`log.exception`, Django's `django.request`
+    errors) follows a text line, each of its lines indented so none can pass
+    for a log line of its own; in JSON it is the `traceback` field."""
 
     def __init__(self, fmt: str = "text"):
         super().__init__()
@@ -15,7 +31,14 @@ class LogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None) or {"event": record.getMessage()}
         ts = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+        trace = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
         if self.fmt == "json":
-            return json.dumps({"ts": ts, "level": record.levelname.lower(), **fields}, default=str)
-        rest = " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("event", "worker"))
-        return f"{ts} {record.levelname:<7} {fields.get('event')} {rest}".rstrip()
+            line = {"ts": ts, "level": record.levelname.lower(), **fields}
+            if trace:
+                line["traceback"] = trace
+            return json.dumps(line, default=str)
+        rest = " ".join(f"{escape(k)}={escape(v)}" for k, v in fields.items() if k not in ("event", "worker"))
+        line = f"{ts} {record.levelname:<7} {escape(fields.get('event'))} {rest}".rstrip()
+        if trace:
+            line += "\n" + "\n".join(f"    | {escape(part)}" for part in trace.rstrip("\n").split("\n"))
+        return line

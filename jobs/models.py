@@ -32,6 +32,10 @@ class Job(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     worker_id = models.CharField(max_length=200, blank=True, default="")
     wait_reason = models.CharField(max_length=500, blank=True, default="")
+    # The inbound provider whose event may end this wait ("" = any provider
+    # bound to the job's tenant); see jobs.inbound. A database default too,
+    # so bulk inserts that do not name it stay valid.
+    wait_provider = models.CharField(max_length=100, blank=True, default="", db_default="")
     wake_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)

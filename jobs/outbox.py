@@ -51,6 +51,7 @@ from .errors import JobError
 from .models import OutboxEvent
 from .retry import RetryPolicy
 from .store import Store
+from .validation import describe_exception
 from .worker import periodic_task
 
 __all__ = [
@@ -308,7 +309,9 @@ def _deliver(event: OutboxEvent, *, now, policy: RetryPolicy, worker_id: str) ->
             with transaction.atomic():
                 consumer(event)
     except Exception as exc:  # noqa: BLE001 - any consumer failure is a failed delivery attempt
-        _failed(event, error=f"{type(exc).__name__}: {exc}", now=now, policy=policy, worker_id=worker_id)
+        # Storable whatever the consumer raised (a NUL in its message must
+        # not make recording the failure fail too).
+        _failed(event, error=describe_exception(exc, limit=4000), now=now, policy=policy, worker_id=worker_id)
         return
     at = Clock.of(now).value()
     # Fenced on the attempt we claimed: a relay whose claim expired (and was

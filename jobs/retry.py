@@ -8,9 +8,10 @@ authentication failure goes to an operator at once and is never retried in a
 loop (DESIGN §9).
 """
 
+import math
 import random
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -75,7 +76,12 @@ def decide(
     """What happens to a job whose attempt number `attempts` just failed.
 
     `retry_after` (the provider said when) replaces the backoff; `ceiling`
-    (a provider's limit) caps it below the policy's own maximum."""
+    (a provider's limit) caps it below the policy's own maximum. Every delay —
+    a backoff or a provider's `retry_after`, however large — is capped by the
+    ceiling and must fit in the recovery window, or the job goes to an
+    operator; a value that is not a finite number of seconds is ignored."""
+    ceiling = _seconds(ceiling)
+    retry_after = _seconds(retry_after)
     if ceiling is not None and ceiling < policy.max_interval:
         policy = replace(policy, max_interval=ceiling)
     if failure is Failure.PERMANENT:
@@ -92,15 +98,29 @@ def decide(
         )
     if attempts >= max_attempts:
         return Decision(State.NEEDS_ATTENTION, f"gave up after {attempts} attempts: {error}")
-    delay = retry_after if retry_after is not None else policy.backoff(attempts, rng)
-    if first_attempt_at is not None and now + timedelta(seconds=delay) - first_attempt_at > timedelta(
-        seconds=policy.max_elapsed
-    ):
+    if retry_after is None:
+        delay = policy.backoff(attempts, rng)
+    else:
+        # The provider's word, but never past its declared ceiling.
+        delay = min(retry_after, ceiling) if ceiling is not None else retry_after
+    # Seconds, not datetimes: a huge delay must be refused, not overflow.
+    elapsed = (now - first_attempt_at).total_seconds() if first_attempt_at is not None else 0.0
+    if elapsed + delay > policy.max_elapsed:
         return Decision(
             State.NEEDS_ATTENTION,
             f"recovery window of {policy.max_elapsed:g}s since the first attempt is exhausted: {error}",
         )
     return Decision(State.READY, f"attempt {attempts} failed, retrying in {delay:.2f}s: {error}", delay)
+
+
+def _seconds(value) -> float | None:
+    """A duration a handler or a provider gave, or None when it is not a
+    number at all (then the policy's own backoff applies); never negative.
+    Infinity stays infinite: no window can hold it, so the job goes to an
+    operator."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    return max(0.0, float(value))
 
 
 class Classified(NamedTuple):

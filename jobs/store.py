@@ -16,6 +16,7 @@ is eligible at once, whatever clock a later call passes.
 """
 
 import json
+import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job
 from .retry import Decision, Failure, classify, decide
 from .states import State, transition
+from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
 
 __all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "DEFAULT_TTL"]
 
@@ -70,7 +72,25 @@ class Recovered:
 
 
 def _json(value) -> str:
-    return json.dumps(value if value is not None else {}, sort_keys=True, default=str)
+    """An event's detail as JSON text. Details are evidence, not data a
+    caller reads back as typed values: what strict JSON cannot hold (NaN, a
+    datetime, a NUL) is written as readable text instead of failing the write
+    that records what happened."""
+    value = value if value is not None else {}
+    if json_problem(value) is None:
+        return json.dumps(value, sort_keys=True)
+    return json.dumps(_storable(value), sort_keys=True)
+
+
+def _storable(value):
+    """`value` with whatever strict JSON cannot hold turned into text."""
+    if isinstance(value, dict):
+        return {storable_text(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    if value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return storable_text(value if isinstance(value, str) else repr(value))
 
 
 def _is_postgres() -> bool:
@@ -115,7 +135,16 @@ class Store:
         Safe under concurrency: the unique constraint decides the race and the
         loser returns the winner's job. Joins the caller's transaction when
         there is one (a business change and its job commit together).
+
+        Raises `ValueError` naming the field for input the engine refuses
+        (`validation.job_validate`: non-strict JSON or an oversized payload,
+        an over-long tenant/key/action, `max_attempts` below 1 …); nothing is
+        written then.
         """
+        checked = job_validate(tenant=tenant, key=key, action=action, payload=payload, priority=priority,
+                               run_at=run_at, max_attempts=max_attempts,
+                               default_max_attempts=retry_policy(action).max_attempts, subject_type=subject_type,
+                               subject_id=subject_id, subject_version=subject_version)
         existing = Job.objects.filter(tenant=tenant, key=key).first()
         if existing is not None:
             return existing
@@ -126,10 +155,10 @@ class Store:
                     tenant=tenant,
                     key=key,
                     action=action,
-                    payload=payload or {},
+                    payload=checked.payload,
                     priority=priority,
-                    next_attempt_at=to_datetime(run_at),
-                    max_attempts=max_attempts or retry_policy(action).max_attempts,
+                    next_attempt_at=checked.run_at,
+                    max_attempts=checked.max_attempts,
                     subject_type=subject_type,
                     subject_id=str(subject_id or ""),
                     subject_version=subject_version,
@@ -143,22 +172,34 @@ class Store:
 
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
         """Insert many jobs with one INSERT … ON CONFLICT DO NOTHING (per 4,000
-        rows); keys that exist are left alone. Returns how many were created."""
+        rows); keys that exist are left alone. Returns how many were created.
+        Every spec is validated first, as `enqueue` validates one (`ValueError`
+        naming the spec and the field); one bad spec writes nothing."""
         specs = list(specs)
+        checked = []
+        for index, s in enumerate(specs):
+            try:
+                checked.append((s, job_validate(
+                    tenant=s.tenant, key=s.key, action=s.action, payload=s.payload, priority=s.priority,
+                    run_at=s.run_at, max_attempts=s.max_attempts,
+                    default_max_attempts=retry_policy(s.action).max_attempts, subject_type=s.subject_type,
+                    subject_id=s.subject_id, subject_version=s.subject_version)))
+            except ValueError as exc:
+                raise ValueError(f"job {index} ({s.tenant!r:.70}/{s.key!r:.70}): {exc}") from None
         created = 0
         for start in range(0, len(specs), _ENQUEUE_CHUNK):
-            created += self._enqueue_chunk(specs[start : start + _ENQUEUE_CHUNK], actor, Clock.of(now))
+            created += self._enqueue_chunk(checked[start : start + _ENQUEUE_CHUNK], actor, Clock.of(now))
         if created:
             notify.job_ready()
         return created
 
-    def _enqueue_chunk(self, specs: list[JobSpec], actor: str, clock: Clock) -> int:
+    def _enqueue_chunk(self, specs: list[tuple[JobSpec, CheckedJob]], actor: str, clock: Clock) -> int:
         if not specs:
             return 0
         now_sql, now_params = clock.sql()
         row = f"(%s, %s, %s, %s, %s, %s, %s, 'READY', %s, %s, 0, %s, 0, 0, '', '', '', {now_sql}, {now_sql})"
         params: list = []
-        for s in specs:
+        for s, c in specs:
             params += [
                 s.tenant,
                 s.key,
@@ -166,10 +207,10 @@ class Store:
                 s.subject_type,
                 str(s.subject_id or ""),
                 s.subject_version,
-                _json(s.payload),
+                c.payload_json,
                 s.priority,
-                adapt(to_datetime(s.run_at)) if s.run_at is not None else None,
-                s.max_attempts or retry_policy(s.action).max_attempts,
+                adapt(c.run_at) if c.run_at is not None else None,
+                c.max_attempts,
                 *now_params,
                 *now_params,
             ]
@@ -274,7 +315,11 @@ class Store:
     def finish(
         self, tenant: str, key: str, worker_id: str, epoch: int, *, result=None, now=None, reason: str = ""
     ) -> None:
-        """Mark the job DONE. Raises `Conflict` if the fence moved."""
+        """Mark the job DONE. Raises `Conflict` if the fence moved, and
+        `ValueError` (nothing written) when `result` is not strict JSON — NaN,
+        a NUL character, an object JSON cannot hold: a result the database
+        could not store must never leave the job to run again."""
+        stored = strict_json(result, field="result") if result is not None else None
         clock = Clock.of(now)
         self._fenced(
             "finish",
@@ -284,7 +329,7 @@ class Store:
             epoch,
             State.DONE,
             clock,
-            {"finished_at": clock.plus(0), "lease_until": None, "result": _json(result) if result is not None else None},
+            {"finished_at": clock.plus(0), "lease_until": None, "result": stored},
             reason=reason,
         )
 
@@ -298,6 +343,7 @@ class Store:
         state: str = State.WAITING_EXTERNAL,
         reason: str,
         wake_at=None,
+        provider: str = "",
         detail: dict | None = None,
         now=None,
     ) -> None:
@@ -305,11 +351,16 @@ class Store:
 
         `state` is WAITING_EXTERNAL (a reply, a provider) or WAITING_REVIEW (a
         human). `wake_at`, when given, is when the wait ends by itself.
+        `provider`, when given, is the only inbound provider whose event may
+        end the wait (`jobs.inbound`).
         Raises `Conflict` if the fence moved, `InvalidTransition` for any
-        other target state.
+        other target state, `ValueError` for a `wake_at` that is not a time.
         """
         clock = Clock.of(now)
-        wake = to_datetime(wake_at)
+        wake = to_datetime(wake_at, field="wake_at")
+        if not isinstance(provider, str) or len(provider) > 100:
+            raise ValueError(f"provider must be a string of at most 100 characters, not {provider!r:.60}")
+        reason = storable_text(reason)
         self._fenced(
             "wait",
             tenant,
@@ -318,7 +369,8 @@ class Store:
             epoch,
             State(state),
             clock,
-            {"wait_reason": reason[:500], "wake_at": adapt(wake) if wake else None, "lease_until": None},
+            {"wait_reason": reason[:500], "wake_at": adapt(wake) if wake else None, "lease_until": None,
+             "wait_provider": provider},
             reason=reason,
             detail=detail,
         )
@@ -342,6 +394,7 @@ class Store:
         an operator (NEEDS_ATTENTION). Returns the decision.
         Raises `Conflict` if the fence moved."""
         clock = Clock.of(now)
+        error = storable_text(error)
         job = self._holder(tenant, key, worker_id, epoch)
         at = clock.value()
         decision = decide(
@@ -380,7 +433,7 @@ class Store:
         policy (`retry.classify`): the worker and every caller that runs a
         handler record failures the same way."""
         failure, retry_after, ceiling = classify(exc)
-        return self.fail(tenant, key, worker_id, epoch, error=f"{type(exc).__name__}: {exc}", failure=failure,
+        return self.fail(tenant, key, worker_id, epoch, error=describe_exception(exc), failure=failure,
                          retry_after=retry_after, ceiling=ceiling, now=now)
 
     def release(self, tenant: str, key: str, worker_id: str, epoch: int, *, reason: str, now=None) -> None:
@@ -578,7 +631,7 @@ class Store:
             params += values
         update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
         params += [tenant, key, epoch, worker_id]
-        event = [name, State.LEASED, str(target), worker_id, worker_id, reason, _json(detail)]
+        event = [name, State.LEASED, str(target), worker_id, worker_id, storable_text(reason), _json(detail)]
         with _atomic_unless_postgres(), connection.cursor() as cursor:
             if _is_postgres() and log:
                 cursor.execute(
@@ -630,7 +683,8 @@ class Store:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
-                [job_id, kind, str(from_state), str(to_state), epoch, worker_id, actor, reason, _json(detail),
+                [job_id, kind, str(from_state), str(to_state), epoch, worker_id, storable_text(actor),
+                 storable_text(reason), _json(detail),
                  *now_params],
             )
 
@@ -640,4 +694,6 @@ def _db_value(value):
         return adapt(value)
     if isinstance(value, dict):
         return _json(value)
+    if isinstance(value, str):
+        return storable_text(value)
     return value

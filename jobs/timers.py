@@ -54,6 +54,7 @@ from .errors import JobError
 from .models import Job, Timer
 from .states import TERMINAL, WAITING, State
 from .store import Store
+from .validation import describe_exception
 from .worker import periodic_task
 
 __all__ = [
@@ -263,7 +264,7 @@ def _decide(timer: Timer, *, at: datetime, worker_id: str) -> bool:
             if planner is not None:
                 return _replan(timer, subject, planner(timer=timer, subject=subject), at=at)
     except Exception as exc:  # noqa: BLE001 - a broken loader/predicate/planner must not stall the sweep
-        error = f"{type(exc).__name__}: {exc}"
+        error = describe_exception(exc)
         log.warning("timer.evaluation_failed", extra={"fields": {
             "event": "timer.evaluation_failed", "worker": worker_id, "timer": timer.pk, "error": error[:300],
         }})

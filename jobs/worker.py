@@ -30,15 +30,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, close_old_connections, connection, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
 from . import notify
 from .actions import JobContext, Wait, get_action
-from .errors import Conflict, UnknownAction
+from .errors import Conflict, JobNotFound, UnknownAction
 from .models import Job
 from .retry import Failure
 from .states import State
 from .store import Store
+from .validation import describe_exception as _describe
 
 log = logging.getLogger("jobs.worker")
 
@@ -213,7 +214,7 @@ class Worker:
                 if moved:
                     self._offer_work()
                 db_failures = 0
-            except DatabaseError as exc:
+            except Exception as exc:  # noqa: BLE001 - housekeeping failing must not stop the worker
                 db_failures += 1
                 self._db_backoff(exc, db_failures)
                 continue
@@ -225,10 +226,12 @@ class Worker:
         with self._work:
             return self._idle_slots == self.config.concurrency and not self._running
 
-    def _db_backoff(self, exc: DatabaseError, failures: int) -> None:
-        """The database restarting must not kill the worker: back off, reconnect."""
-        delay = min(30.0, 0.5 * 2**failures) * random.random()
-        self._event("worker.db_error", level=logging.WARNING, error=str(exc)[:300], retry_in=round(delay, 2))
+    def _db_backoff(self, exc: Exception, failures: int) -> None:
+        """The database restarting (or any other failure of a claim or of
+        housekeeping) must not kill the worker: back off, reconnect."""
+        delay = min(30.0, 0.5 * 2**min(failures, 16)) * random.random()
+        event = "worker.db_error" if isinstance(exc, DatabaseError) else "worker.error"
+        self._event(event, level=logging.WARNING, error=_describe(exc), retry_in=round(delay, 2))
         connections.close_all()
         self._stopping.wait(delay)
 
@@ -258,7 +261,7 @@ class Worker:
                     job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions,
                                                 ttl=cfg.lease_ttl)
                     failures = 0
-                except DatabaseError as exc:
+                except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure
                     failures += 1
                     self._db_backoff(exc, failures)
                     continue
@@ -267,7 +270,14 @@ class Worker:
                     continue
                 self._count("claimed")
                 self._event("job.claim", job=job)
-                self._run_job(number, job)
+                try:
+                    self._run_job(number, job)
+                except Exception as exc:  # noqa: BLE001 - the last line: the slot must keep claiming
+                    # Unreachable by design (_execute and _record classify
+                    # everything); if it happens, the lease expires and
+                    # recovery gives the job its outcome.
+                    self._count("slot_errors")
+                    self._event("job.slot_error", level=logging.ERROR, job=job, error=_describe(exc))
         finally:
             # A connection may only be closed by the thread that opened it.
             connections.close_all()
@@ -309,11 +319,12 @@ class Worker:
         try:
             outcome = spec.handler(ctx)
         except Conflict as exc:
-            self._lost(job, str(exc))
+            self._lost(job, _describe(exc))
             return
-        except Exception as exc:  # noqa: BLE001 - the retry policy classifies every failure
+        except BaseException as exc:  # noqa: BLE001 - the retry policy classifies every failure
+            # BaseException too: a handler calling sys.exit() must not end its slot thread.
             if ctx.cancelled.is_set():
-                self._lost(job, f"handler failed after losing its lease: {exc!r}")
+                self._lost(job, f"handler failed after losing its lease: {_describe(exc)}")
                 return
             failure = exc  # the name `exc` is unbound when the except block ends
             self._record(job, lambda: self.store.fail_with(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
@@ -325,25 +336,29 @@ class Worker:
         if isinstance(outcome, Wait):
             self._record(job, lambda: self.store.wait(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
                                                       state=outcome.state, reason=outcome.reason,
-                                                      wake_at=outcome.wake_at), "waiting")
+                                                      wake_at=outcome.wake_at, provider=outcome.provider),
+                         "waiting")
         else:
             self._record(job, lambda: self.store.finish(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
                                                         result=outcome), "done")
 
     def _record(self, job: Job, write, counter: str) -> None:
-        """Apply the handler's outcome under the fence; a moved fence discards it."""
+        """Apply the handler's outcome under the fence; a moved fence discards it.
+
+        An outcome the engine refuses (a result that is not strict JSON, a
+        `Wait` into a state a handler may not choose, a `wake_at` that is not
+        a time …) is not left to the lease expiring — that would run the
+        handler again — but recorded once as NEEDS_ATTENTION saying why."""
         try:
             decision = write()
-        except Conflict as exc:
-            self._lost(job, str(exc))
+        except (Conflict, JobNotFound) as exc:
+            self._lost(job, _describe(exc))
             return
-        except DatabaseError as exc:
-            # The outcome could not be recorded (database unreachable): the
-            # lease expires and recovery runs the job again, so handlers must
-            # be safe to repeat — external effects go through operations.
-            self._count("unrecorded")
-            self._event("job.write_failed", level=logging.ERROR, job=job, error=str(exc)[:300])
-            close_old_connections()
+        except (OperationalError, InterfaceError) as exc:
+            self._unrecorded(job, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - whatever the outcome was, the job gets a defined one
+            self._record_refused(job, exc)
             return
         if counter == "failed" and decision is not None:
             counter = {State.READY: "retried", State.WAITING_REVIEW: "review"}.get(decision.target, "attention")
@@ -351,6 +366,29 @@ class Worker:
         else:
             self._event(f"job.{counter}", job=job)
         self._count(counter)
+
+    def _record_refused(self, job: Job, refusal: Exception) -> None:
+        reason = (f"the handler's outcome could not be recorded and was discarded "
+                  f"({_describe(refusal)}); an operator must decide what happens next")
+        try:
+            self.store.fail(job.tenant, job.key, self.config.worker_id, job.lease_epoch, error=reason,
+                            failure=Failure.ATTENTION)
+        except (Conflict, JobNotFound) as exc:
+            self._lost(job, _describe(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - nothing more can be written; recovery will take it back
+            self._unrecorded(job, exc)
+            return
+        self._event("job.attention", level=logging.WARNING, job=job, reason=reason)
+        self._count("attention")
+
+    def _unrecorded(self, job: Job, exc: Exception) -> None:
+        # The outcome could not be recorded (database unreachable): the
+        # lease expires and recovery runs the job again, so handlers must
+        # be safe to repeat — external effects go through operations.
+        self._count("unrecorded")
+        self._event("job.write_failed", level=logging.ERROR, job=job, error=_describe(exc))
+        close_old_connections()
 
     def _lost(self, job: Job, reason: str) -> None:
         self._count("lost")
@@ -364,23 +402,32 @@ class Worker:
             with self._lock:
                 running = list(self._running.values())
             for r in running:
-                if r.ctx.cancelled.is_set():
-                    continue
-                if r.deadline is not None and time.monotonic() > r.deadline:
-                    # Past its timeout the handler is presumed stuck: stop renewing
-                    # so the lease expires and another worker recovers the job.
-                    r.ctx.cancelled.set()
-                    self._event("job.timeout", level=logging.WARNING, job=r.ctx.job)
-                    continue
+                # One job's renewal failing, whatever the cause, must not
+                # stop the renewal of the others (nor end this thread).
                 try:
-                    self.store.renew(r.ctx.tenant, r.ctx.key, cfg.worker_id, r.ctx.epoch, ttl=cfg.lease_ttl)
-                except Conflict as exc:
-                    r.ctx.cancelled.set()
-                    self._lost(r.ctx.job, str(exc))
-                except DatabaseError as exc:
-                    self._event("job.renew_failed", level=logging.WARNING, job=r.ctx.job, error=str(exc)[:200])
+                    self._renew(r)
+                except Exception as exc:  # noqa: BLE001 - see above
+                    self._event("job.renew_failed", level=logging.WARNING, job=r.ctx.job, error=_describe(exc))
                     close_old_connections()
         connections.close_all()
+
+    def _renew(self, r: Running) -> None:
+        cfg = self.config
+        if r.ctx.cancelled.is_set():
+            return
+        if r.deadline is not None and time.monotonic() > r.deadline:
+            # Past its timeout the handler is presumed stuck: stop renewing
+            # so the lease expires and another worker recovers the job.
+            r.ctx.cancelled.set()
+            self._event("job.timeout", level=logging.WARNING, job=r.ctx.job)
+            return
+        try:
+            self.store.renew(r.ctx.tenant, r.ctx.key, cfg.worker_id, r.ctx.epoch, ttl=cfg.lease_ttl)
+        except (Conflict, JobNotFound) as exc:
+            # Taken over, or gone (deleted by an operator): either way the
+            # handler's result must not be written.
+            r.ctx.cancelled.set()
+            self._lost(r.ctx.job, _describe(exc))
 
     # ------------------------------------------------------------ maintenance
 
@@ -409,7 +456,7 @@ class Worker:
                     raise  # the loop backs off and reconnects
                 except Exception as exc:  # noqa: BLE001 - one broken task must not stop the worker
                     self._count("task_errors")
-                    self._event("worker.task_failed", level=logging.ERROR, task=task.name, error=repr(exc)[:300])
+                    self._event("worker.task_failed", level=logging.ERROR, task=task.name, error=_describe(exc))
         return moved
 
     # ------------------------------------------------------------ reporting
@@ -424,3 +471,4 @@ class Worker:
             record.update(tenant=job.tenant, key=job.key, action=job.action, epoch=job.lease_epoch)
         record.update({k: v for k, v in fields.items() if v is not None})
         log.log(level, event, extra={"fields": record})
+

@@ -45,7 +45,6 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from connectors.base import (
     Connector,
@@ -53,11 +52,13 @@ from connectors.base import (
     ProviderAuthFailed,
     ProviderError,
     ProviderIdempotencyMismatch,
+    ProviderLookupAmbiguous,
     ProviderRejected,
     ProviderThrottled,
 )
 from connectors.registry import UnknownProvider, get_connector
 from jobs.actions import JobContext
+from jobs.clock import db_now
 from jobs.errors import AuthError, NeedsAttention, PermanentError, TransientError
 
 from .digest import request_digest
@@ -135,8 +136,10 @@ def operation_perform(
 
 
 def _begin(ctx: JobContext, *, step: str, provider: str, kind: str, request: dict, digest: str) -> _Plan:
-    now = timezone.now()
     with ctx.under_fence() as job:
+        # Dispatch times are compared by whichever worker reconciles later
+        # (the settle window): the database's clock, as for leases.
+        now = db_now()
         # The job row is locked, so no other attempt of this step can read or
         # create the operation until this transaction ends.
         operation = Operation.objects.filter(job_id=job.pk, step=step).first()
@@ -257,13 +260,16 @@ def _prepare_resend(ctx: JobContext, operation: Operation, *, kind: str, reason:
     with ctx.under_fence():
         operation.refresh_from_db()
         _record(ctx, operation, kind, to_state=S.INTENDED, reason=reason, attempts=operation.attempts + 1,
-                last_dispatched_at=timezone.now(), last_error="")
+                last_dispatched_at=db_now(), last_error="")
 
 
 def _settle_seconds(connector: Connector) -> float:
     configured = getattr(settings, "OPERATIONS_LOOKUP_SETTLE_SECONDS", None)
     if configured is not None:
         return float(configured)
+    total = getattr(connector, "total_timeout", None)
+    if total:
+        return float(total)  # no exchange of this connector can last longer
     connect = getattr(connector, "connect_timeout", settings.PROVIDER_CONNECT_TIMEOUT)
     read = getattr(connector, "read_timeout", settings.PROVIDER_READ_TIMEOUT)
     # Connecting, then sending and reading, each bounded by the read timeout.
@@ -272,7 +278,7 @@ def _settle_seconds(connector: Connector) -> float:
 
 def _settle_remaining(connector: Connector, operation: Operation) -> float:
     started = operation.last_dispatched_at or operation.created_at
-    elapsed = (timezone.now() - started).total_seconds()
+    elapsed = (db_now() - started).total_seconds()
     return max(0.0, _settle_seconds(connector) - elapsed)
 
 
@@ -281,6 +287,11 @@ def _lookup_failed(ctx: JobContext, connector: Connector, operation: Operation, 
     operation keeps its state; only the reason to come back later differs."""
     if isinstance(exc, ProviderAuthFailed):
         return _pause(ctx, connector, operation, exc, during="a lookup")
+    if isinstance(exc, ProviderLookupAmbiguous):
+        # Several messages carry this reference: which one is the receipt
+        # (and whether the customer got it twice) is for a human to say.
+        return _investigate(ctx, connector, operation, cause=f"lookup of {operation.id} was ambiguous: {exc}",
+                            detail=_evidence(exc))
     cause = f"lookup of {operation.id} at {connector.name} failed ({exc})"
     with ctx.under_fence():
         operation.refresh_from_db()
@@ -290,16 +301,22 @@ def _lookup_failed(ctx: JobContext, connector: Connector, operation: Operation, 
     return _transient(connector, f"{_describe(operation)} is still unreconciled: {cause}")
 
 
-def _investigate(ctx: JobContext, connector: Connector, operation: Operation, *, cause: str) -> NeedsAttention:
+def _investigate(ctx: JobContext, connector: Connector, operation: Operation, *, cause: str,
+                 detail: dict | None = None) -> NeedsAttention:
+    if detail is None:
+        why = (f"{connector.name} offers neither lookup nor idempotency keys, so it is not sent again "
+               f"automatically (that could deliver it twice)")
+    else:
+        why = "no machine can tell which message is this operation's, so none is adopted"
     reason = (
         f"{_describe(operation)} may or may not have been accepted by {connector.name}: {cause}. "
-        f"{connector.name} offers neither lookup nor idempotency keys, so it is not sent again automatically "
-        f"(that could deliver it twice). Check the provider for client reference {operation.id}, then mark the "
+        f"{why}. Check the provider for client reference {operation.id}, then mark the "
         f"operation sent (with the provider's reference) or confirm it was not sent."
     )
     with ctx.under_fence():
         operation.refresh_from_db()
-        _record(ctx, operation, "investigate", to_state=S.NEEDS_INVESTIGATION, reason=reason, last_error=reason)
+        _record(ctx, operation, "investigate", to_state=S.NEEDS_INVESTIGATION, reason=reason, detail=detail,
+                last_error=reason)
     return NeedsAttention(reason)
 
 
@@ -319,13 +336,7 @@ def _dispatch(ctx: JobContext, connector: Connector, operation: Operation) -> Re
 
 def _accept(ctx: JobContext, operation: Operation, accepted: ProviderAccepted, *, how: str) -> Receipt:
     detail = {"provider_reference": accepted.provider_reference, "how": how}
-    matches = accepted.evidence.get("matches")
     reason = f"accepted by {operation.provider} as {accepted.provider_reference} ({how})"
-    if isinstance(matches, int) and matches > 1:
-        # A provider without idempotency holds several messages for this
-        # reference: a fact to report, never to hide.
-        reason += f"; the provider holds {matches} messages for this reference"
-        detail["matches"] = matches
     with ctx.under_fence():
         operation.refresh_from_db()
         if operation.state == S.ACCEPTED:

@@ -18,6 +18,7 @@ from connectors.base import (
     ProviderAuthFailed,
     ProviderIdempotencyConflict,
     ProviderIdempotencyMismatch,
+    ProviderLookupAmbiguous,
     ProviderOutcomeUnknown,
     ProviderRejected,
     ProviderThrottled,
@@ -153,16 +154,17 @@ def test_lookup_returns_none_for_an_unknown_reference(start_sim, connector_for, 
     assert connector.lookup("quote-1") is not None
 
 
-def test_lookup_reports_duplicates_and_returns_the_oldest(start_sim, connector_for):
+def test_lookup_reports_duplicates_as_ambiguous_and_adopts_none(start_sim, connector_for):
     sim = start_sim("lookup")
     connector = connector_for("sim-lookup", sim)
     first = connector.send(EMAIL, idempotency_key="op-1", client_reference="quote-1")
-    connector.send(EMAIL, idempotency_key="op-1", client_reference="quote-1")
+    second = connector.send(EMAIL, idempotency_key="op-1", client_reference="quote-1")
 
-    found = connector.lookup("quote-1")
+    with pytest.raises(ProviderLookupAmbiguous) as ambiguous:
+        connector.lookup("quote-1")
 
-    assert found.provider_reference == first.provider_reference
-    assert found.evidence["matches"] == 2
+    assert ambiguous.value.evidence["matches"] == 2
+    assert first.provider_reference in str(ambiguous.value) and second.provider_reference in str(ambiguous.value)
 
 
 def test_lookup_mode_connector_does_not_send_the_idempotency_key(start_sim, connector_for):

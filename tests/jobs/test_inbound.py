@@ -25,6 +25,7 @@ URL = "/hooks/sim/events"
 @pytest.fixture(autouse=True)
 def secrets(settings):
     settings.INBOUND_WEBHOOK_SECRETS = {"sim": SECRET}
+    settings.INBOUND_PROVIDER_TENANTS = {"sim": ["studio"]}
     settings.INBOUND_MAX_SKEW_SECONDS = 300
 
 
@@ -44,7 +45,7 @@ def post(client, body, *, timestamp=None, secret=SECRET, signature=None, url=URL
 def waiting_job(store, key="send-quote-017", state="WAITING_EXTERNAL"):
     store.enqueue("studio", key)
     epoch = store.claim("studio", key, "w")
-    store.wait("studio", key, "w", epoch, state=state, reason="customer reply")
+    store.wait("studio", key, "w", epoch, state=state, reason="customer reply", provider="sim")
     return Job.objects.get(tenant="studio", key=key)
 
 
@@ -119,10 +120,13 @@ def test_a_stale_timestamp_is_refused_even_with_a_valid_signature(client, store,
     assert resumes(job) == 0
 
 
-def test_an_unknown_provider_is_not_found(client):
+def test_an_unknown_provider_is_answered_as_a_bad_signature_and_logged(client, caplog):
     response = post(client, reply(), url="/hooks/nobody/events")
-    assert response.status_code == 404
-    assert "no webhook secret is configured for provider 'nobody'" in response.json()["error"]
+    assert response.status_code == 401
+    assert response.json() == post(client, reply(), secret="wrong").json()
+    assert "nobody" not in response.json()["error"]
+    unknown = [r for r in caplog.records if r.getMessage() == "inbound.unknown_provider"]
+    assert unknown and unknown[0].fields["provider"] == "nobody"
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ def at(moment: datetime, seconds: float = 0) -> float:
 @pytest.fixture(autouse=True)
 def secrets(settings):
     settings.INBOUND_WEBHOOK_SECRETS = {"sim": SECRET}
+    settings.INBOUND_PROVIDER_TENANTS = {"sim": ["studio"]}
 
 
 def waiting_for_reply_or_reminder(store, *, number="INV-1", key=None):
@@ -39,7 +40,7 @@ def waiting_for_reply_or_reminder(store, *, number="INV-1", key=None):
     timer = timer_schedule(job=job, job_epoch=epoch, scheduled_for=REMIND_AT, reason="payment reminder",
                            subject_type=INVOICE, subject_id=invoice.pk, subject_version=invoice.version,
                            cancellation_condition="testapp.invoice_settled")
-    store.wait("studio", key, "w", epoch, reason="customer reply or payment reminder date")
+    store.wait("studio", key, "w", epoch, reason="customer reply or payment reminder date", provider="sim")
     return invoice, job, timer
 
 

@@ -100,5 +100,5 @@ def invoice_reminder(ctx):
                 subject_version=invoice.version,
                 cancellation_condition="testapp.invoice_settled",
             )
-        return Wait.external("customer reply or payment reminder date")
+        return Wait.external("customer reply or payment reminder date", provider="sim")
     return {"woken_by": woken.actor, "detail": woken.detail}

@@ -1,0 +1,55 @@
+"""A log line is one line, whatever its fields contain (issue 10, item 10),
+and a server error's traceback reaches the console (item 8)."""
+
+import json
+import logging
+
+import pytest
+
+from jobs.logformat import LogFormatter
+
+FORGED = "send-quote\n2026-11-30T10:00:00.000+00:00 INFO    job.done tenant=studio key=paid-invoice"
+
+
+def record(fields=None, *, message="msg", exc_info=None) -> logging.LogRecord:
+    rec = logging.LogRecord("jobs.worker", logging.INFO, __file__, 1, message, None, exc_info)
+    if fields is not None:
+        rec.fields = fields
+    return rec
+
+
+@pytest.mark.parametrize("value", [FORGED, "a\rb", "a\x1b[2Jb", "a\u2028b", "a\x00b", "a\x85b"])
+def test_a_field_value_with_control_characters_stays_on_one_line(value):
+    line = LogFormatter("text").format(record({"event": "job.claim", "tenant": "studio", "key": value}))
+    assert len(line.splitlines()) == 1
+    assert not any(c in line for c in "\n\r\x1b\u2028\x00\x85")
+
+
+def test_a_forged_job_key_is_visible_as_an_escape():
+    line = LogFormatter("text").format(record({"event": "job.claim", "key": FORGED}))
+    assert "key=send-quote\\n2026-11-30T10:00:00.000+00:00 INFO    job.done" in line
+
+
+def test_a_plain_message_is_escaped_too():
+    assert LogFormatter("text").format(record(message="line one\nline two")).count("\n") == 0
+
+
+def test_json_lines_stay_one_line():
+    line = LogFormatter("json").format(record({"event": "job.claim", "key": FORGED}))
+    assert len(line.splitlines()) == 1 and json.loads(line)["key"] == FORGED
+
+
+def test_a_traceback_follows_its_line_indented_so_it_cannot_pass_for_a_log_line():
+    try:
+        raise ValueError("bad input\n2026-11-30T10:00:00.000+00:00 INFO    forged")
+    except ValueError:
+        import sys
+
+        exc_info = sys.exc_info()
+    text = LogFormatter("text").format(record(message="Internal Server Error: /x", exc_info=exc_info))
+    first, *trace = text.split("\n")
+    assert first.endswith("Internal Server Error: /x")
+    assert trace and all(line.startswith("    | ") for line in trace)
+    assert any("ValueError: bad input" in line for line in trace)
+    as_json = json.loads(LogFormatter("json").format(record(message="boom", exc_info=exc_info)))
+    assert "ValueError: bad input" in as_json["traceback"]

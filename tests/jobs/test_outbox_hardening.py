@@ -1,0 +1,25 @@
+"""A consumer failure whose message the database cannot store is still
+recorded, escaped, as a failed delivery (issue 10: the rule of items 1–2
+holds for the outbox relay too)."""
+
+import pytest
+from django.db import transaction
+
+from jobs.models import OutboxEvent
+from jobs.outbox import outbox_consumer, outbox_emit, outbox_relay
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@outbox_consumer("hardening.nul_error")
+def refuse_with_a_nul(event) -> None:
+    raise ValueError("cannot parse 'a\x00b'")
+
+
+def test_a_consumer_error_with_a_nul_byte_is_recorded_escaped_and_retried():
+    with transaction.atomic():
+        outbox_emit(tenant="studio", aggregate_type="invoice", aggregate_id=1, event_type="hardening.nul_error")
+    outbox_relay()
+    event = OutboxEvent.objects.get()
+    assert (event.state, event.attempts) == ("PENDING", 1)
+    assert "cannot parse 'a\\x00b'" in event.last_error
