@@ -47,7 +47,6 @@ def test_a_tenant_at_its_lease_cap_waits_without_blocking_others(store):
     assert store.claim_next("w9", now=10).tenant == "big"
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_small_tenant_behind_ten_thousand_big_jobs_starts_within_forty_claims(store, manage):
     store.enqueue_many(JobSpec("big", f"big-{i:05d}", action="test.sleep", payload={"seconds": 0.01})

@@ -223,7 +223,7 @@ def test_the_service_can_be_called_without_http(store):
     assert Job.objects.get(pk=job.pk).state == "READY"
 
 
-# ---------------------------------------------------------------- PostgreSQL: concurrent redeliveries
+# ---------------------------------------------------------------- concurrent redeliveries in real processes
 
 
 def _deliver(body: bytes) -> str:
@@ -238,7 +238,6 @@ def _deliver(body: bytes) -> str:
         connections.close_all()
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_redeliveries_apply_the_event_once(store):
     job = waiting_job(store)

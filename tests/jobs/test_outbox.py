@@ -218,7 +218,7 @@ def test_run_worker_relays_the_outbox_and_runs_the_resulting_job(manage):
     assert Job.objects.get(key=f"invoice-reminder-plan-{invoice.pk}").state == "DONE"
 
 
-# ---------------------------------------------------------------- PostgreSQL: real processes, NOTIFY
+# ---------------------------------------------------------------- real processes (NOTIFY: PostgreSQL only)
 
 
 def _relay_until_drained(relay_id: str) -> int:
@@ -232,7 +232,6 @@ def _relay_until_drained(relay_id: str) -> int:
     return handled
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_per_aggregate_order_holds_under_four_concurrent_relays():
     for n in range(200):
