@@ -10,6 +10,7 @@ so a run is repeatable and writes nothing into the project folder; `deep`
 the system's temporary directory."""
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,16 @@ def start_sim(tmp_path):
     yield start
     for handle in started:
         handle.stop()
+
+
+@pytest.fixture
+def refused_url():
+    """A URL on which nothing listens: connecting to it is refused. The port
+    comes from the OS and stays bound (never listening) for the whole test,
+    so no other process can start listening on it meanwhile."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture
