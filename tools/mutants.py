@@ -38,6 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FENCE_TESTS = ["tests/jobs/test_fence.py"]
+PROTOCOL = "tests/operations/test_protocol.py"
+RECONCILIATION = "tests/operations/test_reconciliation.py"
+OUTBOX = "tests/jobs/test_outbox.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -116,10 +119,10 @@ MUTANTS: list[Mutant] = [
     *_fence_mutants(),
     Mutant("claim-epoch-increment", "a claim (or takeover) by name moves the epoch on", (
         Edit("jobs/store.py", "            epoch = job.lease_epoch + 1", "            epoch = job.lease_epoch"),),
-        ("tests/jobs/test_fence.py", "tests/jobs/test_store.py")),
+        tuple(FENCE_TESTS)),
     Mutant("claim-next-epoch-increment", "claim_next moves the epoch on", (
         Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
-        ("tests/jobs/test_store.py", "tests/jobs/test_state_machine.py")),
+        ("tests/jobs/test_store.py",)),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing", (
         Edit("jobs/claim.py", "        FOR UPDATE OF j SKIP LOCKED", "        FOR UPDATE OF j"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
@@ -129,29 +132,32 @@ MUTANTS: list[Mutant] = [
         Edit("connectors/email_http.py",
              'matches = [m for m in matches if isinstance(m, dict) and m.get("client_reference") == client_reference]',
              "matches = [m for m in matches if isinstance(m, dict)]"),),
-        ("tests/operations/test_reconciliation.py",)),
+        (f"{RECONCILIATION}::test_a_lookup_that_ignores_the_reference_does_not_adopt_another_message",)),
     Mutant("digest-check", "the same step asked to send a different request sends nothing", (
         Edit("operations/protocol.py", "    if operation.request_digest != digest:", "    if False:"),),
-        ("tests/operations/test_protocol.py",)),
+        (f"{PROTOCOL}::test_same_step_with_a_different_request_is_a_digest_mismatch_and_sends_nothing",)),
     Mutant("outbox-quarantine-spent", "an event claimed too often without acknowledgement is quarantined", (
         Edit("jobs/outbox.py", "        spent = [e for e in batch if e.attempts >= policy.max_attempts]",
              "        spent = []"),),
-        ("tests/jobs/test_outbox.py",)),
+        (f"{OUTBOX}::test_a_relay_that_died_mid_delivery_too_often_quarantines_the_event",)),
     Mutant("outbox-quarantine-failing", "an event whose delivery keeps failing is quarantined", (
         Edit("jobs/outbox.py", "    if event.attempts >= policy.max_attempts:", "    if False:"),),
-        ("tests/jobs/test_outbox.py",)),
+        (f"{OUTBOX}::test_a_poison_event_is_quarantined_while_the_100_events_behind_it_are_published",
+         f"{OUTBOX}::test_a_requeued_event_is_published_after_its_consumer_is_fixed")),
     Mutant("timer-version-reread", "a timer re-reads its subject and re-plans when the version changed", (
         Edit("jobs/timers.py",
              "if subject is not None and timer.subject_version is not None and subject.version != timer.subject_version:",
              "if False:"),),
-        ("tests/jobs/test_timers.py",)),
+        ("tests/jobs/test_timers.py::test_due_date_moved_replans_the_timer_to_the_new_date",
+         "tests/jobs/test_timers.py::test_due_date_moved_earlier_fires_at_the_next_sweep")),
     Mutant("hmac-comparison", "an inbound webhook with a wrong signature is refused", (
         Edit("jobs/inbound.py", "    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):",
              "    if False:"),),
-        ("tests/jobs/test_inbound.py",)),
+        ("tests/jobs/test_inbound.py::test_a_bad_signature_is_refused_and_nothing_is_applied",)),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
-        ("tests/jobs/test_retry.py", "tests/operations/test_protocol.py")),
+        ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",
+         f"{PROTOCOL}::test_401_pauses_the_connector_for_that_tenant_and_provider_until_an_operator_clears_it")),
 ]
 
 
