@@ -190,11 +190,11 @@ class HttpEmailConnector(Connector):
             raise self._error_for(answer, evidence)
         document = answer.json()
         matches = document.get("data") if isinstance(document, dict) else None
-        if not isinstance(matches, list):
+        if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
             raise ProviderOutcomeUnknown("lookup answer is not readable", status=answer.status, evidence=evidence)
         # Only a message carrying this reference is ours: a provider whose
         # lookup ignores the filter must not make us adopt another message.
-        matches = [m for m in matches if isinstance(m, dict) and m.get("client_reference") == client_reference]
+        matches = [m for m in matches if m.get("client_reference") == client_reference]
         if not matches:
             return None
         evidence["matches"] = len(matches)
