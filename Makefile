@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
 
-.PHONY: install lint test test-postgres demo migrate worker simulator bench chaos clean
+.PHONY: install lint test test-postgres test-deep mutants demo migrate worker simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: install  ## the suite, on DATABASE_URL (default: SQLite)
 
 test-postgres: install  ## the suite on the local PostgreSQL
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-deep: install  ## the Store state machine, explored far longer (hypothesis profile "deep")
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest tests/jobs/test_state_machine.py $(PYTEST_ARGS)
+
+mutants: install  ## curated one-line mutants of the rules that matter; fails if one survives (SQLite; SKIP LOCKED on PG_URL)
+	MUTANTS_POSTGRES_URL=$${MUTANTS_POSTGRES_URL:-$(PG_URL)_mutants} $(PY) tools/mutants.py $(MUTANTS_ARGS)
 
 migrate: install
 	$(PY) manage.py migrate --noinput

@@ -205,9 +205,9 @@ class HttpEmailConnector(Connector):
             raise self._error_for(answer, evidence)
         document = answer.json()
         matches = document.get("data") if isinstance(document, dict) else None
-        if not isinstance(matches, list):
+        if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
             raise ProviderOutcomeUnknown("lookup answer is not readable", status=answer.status, evidence=evidence)
-        ours = [m for m in matches if isinstance(m, dict) and m.get("client_reference") == client_reference]
+        ours = [m for m in matches if m.get("client_reference") == client_reference]
         evidence["ignored"] = len(matches) - len(ours)  # listed by the provider, but not ours
         evidence["response"] = ours
         if not ours:

@@ -29,6 +29,13 @@ Faults are applied to each POST in this order: auth, throttle, error-rate,
 validation, idempotency, store, optional stall, respond. Throttled and failed
 requests store nothing; a stall happens *after* the message is committed, which
 is exactly the "accepted but the answer was lost" case a client must survive.
+
+Lookups (the reconciliation path) have faults of their own, so a client can be
+tested against a lookup that itself fails: ``--lookup-fault 500|429|401``
+answers every lookup with that status, ``--lookup-stall SECONDS`` holds each
+lookup answer (past a client's read timeout: a timeout), and
+``--lookup-ignores-reference`` answers a lookup with every message, as a
+provider whose filter is broken or ignored would.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 MODES = ("idempotent", "lookup", "bare")
+LOOKUP_FAULTS = ("", "500", "429", "401")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8025
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -105,10 +113,17 @@ class SimulatorConfig:
     reject_auth: bool = False
     seed: int | None = None
     quiet: bool = False
+    lookup_fault: str = ""
+    lookup_stall: float = 0.0
+    lookup_ignores_reference: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.lookup_fault not in LOOKUP_FAULTS:
+            raise ValueError(f"lookup_fault must be one of {', '.join(LOOKUP_FAULTS[1:])}, not {self.lookup_fault!r}")
+        if self.lookup_stall < 0:
+            raise ValueError("lookup_stall must not be negative")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, not {self.port}")
         if self.stall_after_accept < 0:
@@ -430,7 +445,19 @@ class ProviderSimulator:
         reply = self.reject_unauthorized(authorization)
         if reply is not None:
             return reply
-        return Reply(200, {"data": self.store.find_by_client_reference(client_reference)})
+        fault = self.config.lookup_fault
+        if fault == "401":
+            return Reply(401, {"error": "unauthorized"}, {"WWW-Authenticate": "Bearer"})
+        if fault == "429":
+            return Reply(429, {"error": "rate_limited", "detail": "too many lookups"},
+                         {"Retry-After": str(self.config.retry_after)})
+        if fault == "500":
+            return Reply(500, {"error": "internal_error"})
+        if self.config.lookup_ignores_reference:
+            found = self.store.all_messages()
+        else:
+            found = self.store.find_by_client_reference(client_reference)
+        return Reply(200, {"data": found}, stall_seconds=self.config.lookup_stall)
 
     def listing(self) -> Reply:
         return Reply(200, self.store.all_messages())
@@ -502,6 +529,8 @@ class _Handler(BaseHTTPRequestHandler):
             reply = simulator.get_message(url.path.rsplit("/", 1)[1], authorization=authorization)
         else:
             reply = Reply(404, {"error": "not_found"})
+        if reply.stall_seconds:
+            threading.Event().wait(reply.stall_seconds)
         self._respond(reply)
 
     def do_POST(self) -> None:  # noqa: N802
@@ -645,6 +674,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=None, metavar="N", help="Seed for the fault dice, for reproducible runs."
     )
+    parser.add_argument(
+        "--lookup-fault",
+        choices=LOOKUP_FAULTS[1:],
+        default="",
+        help="Answer every lookup with this status: 500 (server error), 429 (throttled, with Retry-After) "
+        "or 401 (credentials refused). Default: lookups answer normally.",
+    )
+    parser.add_argument(
+        "--lookup-stall",
+        type=_non_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="Hold every lookup answer this long (past a client's read timeout: a lookup timeout). Default 0.",
+    )
+    parser.add_argument(
+        "--lookup-ignores-reference",
+        action="store_true",
+        help="Answer a lookup with every message, whatever client_reference it asks for "
+        "(a provider whose lookup filter is broken).",
+    )
     parser.add_argument("--quiet", action="store_true", help="Do not log each request to stderr.")
 
 
@@ -663,6 +712,9 @@ def config_from_options(options: Mapping[str, Any]) -> SimulatorConfig:
         reject_auth=options["reject_auth"],
         seed=options["seed"],
         quiet=options["quiet"],
+        lookup_fault=options.get("lookup_fault") or "",
+        lookup_stall=options.get("lookup_stall") or 0.0,
+        lookup_ignores_reference=bool(options.get("lookup_ignores_reference")),
     )
 
 

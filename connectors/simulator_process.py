@@ -100,6 +100,9 @@ def simulator_command(
     reject_auth: bool = False,
     seed: int | None = None,
     quiet: bool = False,
+    lookup_fault: str = "",
+    lookup_stall: float | None = None,
+    lookup_ignores_reference: bool = False,
 ) -> list[str]:
     """The argv that starts a simulator with these options."""
     command = [
@@ -122,12 +125,17 @@ def simulator_command(
         "--throttle-rate": throttle_rate,
         "--retry-after": retry_after,
         "--seed": seed,
+        "--lookup-stall": lookup_stall,
     }
     for option, value in numeric.items():
         if value is not None:
             command += [option, str(value)]
     if reject_auth:
         command.append("--reject-auth")
+    if lookup_fault:
+        command += ["--lookup-fault", str(lookup_fault)]
+    if lookup_ignores_reference:
+        command.append("--lookup-ignores-reference")
     if quiet:
         command.append("--quiet")
     return command

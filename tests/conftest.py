@@ -1,16 +1,39 @@
 """Shared fixtures. The suite runs on whichever database DATABASE_URL names
-(SQLite by default); tests marked `postgres` are skipped elsewhere and run in
-CI's PostgreSQL pass."""
+(SQLite by default); tests marked `postgres` need a feature only PostgreSQL
+has (NOTIFY, row locks across connections, pg_terminate_backend), are skipped
+elsewhere and run in CI's PostgreSQL pass.
+
+Hypothesis profiles (HYPOTHESIS_PROFILE, default `ci`): `ci` is
+derandomized with a fixed number of examples and keeps no example database,
+so a run is repeatable and writes nothing into the project folder; `deep`
+(`make test-deep`) explores far longer and keeps its example database under
+the system's temporary directory."""
 
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
+
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=50, stateful_step_count=80, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+hypothesis_settings.register_profile(
+    "deep", max_examples=400, stateful_step_count=120, deadline=None,
+    database=DirectoryBasedExampleDatabase(Path(tempfile.gettempdir()) / "durable-hypothesis"),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,6 +64,16 @@ def start_sim(tmp_path):
     yield start
     for handle in started:
         handle.stop()
+
+
+@pytest.fixture
+def refused_url():
+    """A URL on which nothing listens: connecting to it is refused. The port
+    comes from the OS and stays bound (never listening) for the whole test,
+    so no other process can start listening on it meanwhile."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""Plain helpers shared across the suite."""
+"""Plain helpers shared across the suite: synchronise on conditions and
+readiness signals, never on fixed sleeps."""
 
+import threading
 import time
 
 
@@ -12,3 +14,71 @@ def wait_for(predicate, *, timeout: float = 20.0, interval: float = 0.02, what: 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def lease_expired(tenant: str, key: str) -> bool:
+    """Whether the job's lease has run out by the database server's clock
+    (the clock leases are granted and taken over by)."""
+    from django.db.models.functions import Now
+
+    from jobs.models import Job
+
+    return Job.objects.filter(tenant=tenant, key=key, lease_until__lt=Now()).exists()
+
+
+def listening_connections() -> int:
+    """PostgreSQL connections of this database whose last statement was a
+    LISTEN: a worker's (or a listener's) registration is visible there."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND query ILIKE 'LISTEN %%'")
+        return cursor.fetchone()[0]
+
+
+class ProcessOutput:
+    """Everything a child process writes to its stdout pipe, read by a
+    background thread: a test waits for a line (a readiness signal such as a
+    worker's status line) instead of sleeping, and the pipe never fills up."""
+
+    def __init__(self, process):
+        self.process = process
+        self.lines: list[str] = []
+        self._eof = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    def text(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, text: str, *, timeout: float = 20.0) -> str:
+        """Block until a line containing `text` was printed; return it."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if text in line:
+                        return line
+                remaining = deadline - time.monotonic()
+                if self._eof or remaining <= 0:
+                    why = "the process ended" if self._eof else f"timed out after {timeout}s"
+                    raise AssertionError(f"{why} before printing {text!r}; it printed:\n{''.join(self.lines)}")
+                self._changed.wait(remaining)
+
+    def finish(self, *, timeout: float = 20.0) -> str:
+        """Wait for the process to exit and return all it printed."""
+        self.process.wait(timeout=timeout)
+        self._reader.join(timeout=timeout)
+        return self.text()

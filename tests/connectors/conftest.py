@@ -5,7 +5,6 @@ Nothing here touches Django's database.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import pytest
@@ -27,12 +26,3 @@ def connector_for() -> Callable[..., HttpEmailConnector]:
 
     return build
 
-
-@pytest.fixture
-def refused_url() -> str:
-    """A URL on which nothing listens: connecting to it is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    # Closed without listen(): the port is free, so a connect gets RST.
-    return f"http://127.0.0.1:{port}"

@@ -167,6 +167,20 @@ def test_lookup_reports_duplicates_as_ambiguous_and_adopts_none(start_sim, conne
     assert first.provider_reference in str(ambiguous.value) and second.provider_reference in str(ambiguous.value)
 
 
+def test_lookup_counts_only_messages_carrying_the_reference(start_sim, connector_for):
+    # A provider whose lookup ignores the filter answers with everything.
+    sim = start_sim("lookup", lookup_ignores_reference=True)
+    connector = connector_for("sim-lookup", sim)
+    connector.send(EMAIL, idempotency_key="op-1", client_reference="quote-1")
+    ours = connector.send(EMAIL, idempotency_key="op-2", client_reference="quote-2")
+
+    found = connector.lookup("quote-2")
+
+    assert found.provider_reference == ours.provider_reference
+    assert found.evidence["matches"] == 1
+    assert connector.lookup("quote-9") is None
+
+
 def test_lookup_mode_connector_does_not_send_the_idempotency_key(start_sim, connector_for):
     sim = start_sim("lookup")
     connector = connector_for("sim-lookup", sim)

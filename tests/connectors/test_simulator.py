@@ -196,6 +196,45 @@ def test_lookup_by_client_reference_finds_only_that_reference(start_sim, mode):
     assert missing.body == {"data": []}
 
 
+@pytest.mark.parametrize(("fault", "status"), [("500", 500), ("429", 429), ("401", 401)])
+def test_a_lookup_fault_answers_every_lookup_with_its_status_while_sends_still_work(start_sim, fault, status):
+    sim = start_sim("idempotent", lookup_fault=fault, retry_after=7)
+    accepted = post(sim, message("quote-1"))
+
+    answer = raw_request(sim.url, "GET", "/v1/messages?client_reference=quote-1")
+
+    assert accepted.status == 201
+    assert answer.status == status
+    assert (answer.headers.get("Retry-After") == "7") == (status == 429)
+    assert len(sim.messages()) == 1
+
+
+def test_a_stalled_lookup_answers_only_after_its_stall(start_sim):
+    sim = start_sim("lookup", lookup_stall=2)
+    post(sim, message("quote-1"))
+
+    with pytest.raises(TimeoutError):
+        raw_request(sim.url, "GET", "/v1/messages?client_reference=quote-1", timeout=0.3)
+    assert len(raw_request(sim.url, "GET", "/v1/messages?client_reference=quote-1", timeout=10).body["data"]) == 1
+
+
+def test_a_lookup_that_ignores_the_reference_answers_with_every_message(start_sim):
+    sim = start_sim("lookup", lookup_ignores_reference=True)
+    post(sim, message("quote-1"))
+    post(sim, message("quote-2"))
+
+    answer = raw_request(sim.url, "GET", "/v1/messages?client_reference=quote-9")
+
+    assert [m["client_reference"] for m in answer.body["data"]] == ["quote-1", "quote-2"]
+
+
+def test_an_unknown_lookup_fault_is_refused():
+    from connectors.simulator import SimulatorConfig
+
+    with pytest.raises(ValueError, match="lookup_fault must be one of 500, 429, 401"):
+        SimulatorConfig(lookup_fault="503")
+
+
 def test_bare_mode_has_no_lookup_route(start_sim):
     sim = start_sim("bare")
     post(sim, message("quote-1"))

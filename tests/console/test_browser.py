@@ -23,14 +23,25 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
 ]
-# Playwright's sync API runs an event loop in this thread; the test's own ORM
-# calls are plain synchronous ones between browser steps.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 PASSWORD = "pw"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def allow_sync_orm_beside_playwright():
+    """Playwright's sync API runs an event loop in this thread; the test's own
+    ORM calls are plain synchronous ones between browser steps. Allowed for
+    this module only, so no other test (or process it starts) inherits it."""
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    yield
+    if previous is None:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
 @pytest.fixture(scope="module")
-def browser():
+def browser(allow_sync_orm_beside_playwright):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -1,65 +1,68 @@
-"""Idle workers wake on NOTIFY (PostgreSQL) instead of waiting for the next poll."""
+"""Idle workers wake on NOTIFY (PostgreSQL) instead of waiting for the next poll.
+
+A worker counts as ready once it has run a first job (its slots are claiming)
+and, on PostgreSQL, its LISTEN connection is visible in pg_stat_activity —
+readiness signals, not a fixed sleep."""
 
 import signal
-import time
 
 import pytest
+from django.db import connection
 
 from jobs.models import Job
+from tests.support import ProcessOutput, listening_connections, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _serve(manage, poll_interval: str):
-    proc = manage.start("run_worker", "--worker-id", "idle", "--poll-interval", poll_interval)
-    time.sleep(1.5)  # started, found nothing, went to sleep
-    return proc
+def _done(key: str):
+    return lambda: Job.objects.get(key=key).state == "DONE"
 
 
-def _stop(proc) -> str:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, out
+def _serve(store, manage, poll_interval: str) -> ProcessOutput:
+    listening_before = listening_connections() if connection.vendor == "postgresql" else 0
+    output = ProcessOutput(manage.start("run_worker", "--worker-id", "idle", "--poll-interval", poll_interval))
+    output.wait_for("worker.start")
+    store.enqueue("studio", "first")
+    wait_for(_done("first"), what="the worker to run a first job")
+    if connection.vendor == "postgresql":
+        wait_for(lambda: listening_connections() > listening_before, what="the worker's LISTEN")
+    return output
+
+
+def _stop(output: ProcessOutput) -> str:
+    output.process.send_signal(signal.SIGTERM)
+    out = output.finish()
+    assert output.process.returncode == 0, out
     return out
 
 
 @pytest.mark.postgres
 def test_an_idle_worker_wakes_on_notify_long_before_its_poll(store, manage):
-    proc = _serve(manage, poll_interval="60")
+    output = _serve(store, manage, poll_interval="60")
     try:
         store.enqueue("studio", "wake-me")
-        deadline = time.monotonic() + 20  # a third of the poll interval
-        while Job.objects.get(key="wake-me").state != "DONE" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert Job.objects.get(key="wake-me").state == "DONE"
+        # Well within the shortest poll (half of 60 s, with jitter).
+        wait_for(_done("wake-me"), timeout=20, what="the NOTIFY to wake the worker")
     finally:
-        _stop(proc)
+        _stop(output)
 
 
 def test_polling_still_finds_work_without_notifications(store, manage):
-    proc = _serve(manage, poll_interval="0.3")
+    output = _serve(store, manage, poll_interval="0.3")
     try:
         # A row made eligible behind the engine's back sends no NOTIFY.
         store.enqueue("studio", "silent", run_at=4_000_000_000)
         Job.objects.filter(key="silent").update(next_attempt_at=None)
-        deadline = time.monotonic() + 20
-        while Job.objects.get(key="silent").state != "DONE" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert Job.objects.get(key="silent").state == "DONE"
+        wait_for(_done("silent"), timeout=20, what="the poll to find the job")
     finally:
-        _stop(proc)
+        _stop(output)
 
 
 @pytest.mark.postgres
 def test_a_worker_survives_its_database_connections_being_killed(store, manage):
-    from django.db import connection
-
-    proc = _serve(manage, poll_interval="0.5")
+    output = _serve(store, manage, poll_interval="0.5")
     try:
-        store.enqueue("studio", "before")
-        deadline = time.monotonic() + 20
-        while Job.objects.get(key="before").state != "DONE" and time.monotonic() < deadline:
-            time.sleep(0.05)
         # What a database restart or a failover does to every open connection.
         with connection.cursor() as cursor:
             cursor.execute(
@@ -68,11 +71,7 @@ def test_a_worker_survives_its_database_connections_being_killed(store, manage):
             )
             assert cursor.fetchone()[0] >= 2  # the worker's slot and its LISTEN connection
         store.enqueue("studio", "after")
-        deadline = time.monotonic() + 30
-        while Job.objects.get(key="after").state != "DONE" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert Job.objects.get(key="after").state == "DONE"
+        wait_for(_done("after"), timeout=30, what="the worker to reconnect and run the job")
     finally:
-        out = _stop(proc)
-    assert proc.returncode == 0
+        out = _stop(output)
     assert "done=2" in out

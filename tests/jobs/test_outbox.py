@@ -1,7 +1,6 @@
 """The transactional outbox and its relay (DESIGN §7)."""
 
 import multiprocessing
-import threading
 import time
 from datetime import date, timedelta
 
@@ -218,7 +217,7 @@ def test_run_worker_relays_the_outbox_and_runs_the_resulting_job(manage):
     assert Job.objects.get(key=f"invoice-reminder-plan-{invoice.pk}").state == "DONE"
 
 
-# ---------------------------------------------------------------- PostgreSQL: real processes, NOTIFY
+# ---------------------------------------------------------------- real processes (NOTIFY: PostgreSQL only)
 
 
 def _relay_until_drained(relay_id: str) -> int:
@@ -232,7 +231,6 @@ def _relay_until_drained(relay_id: str) -> int:
     return handled
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_per_aggregate_order_holds_under_four_concurrent_relays():
     for n in range(200):
@@ -254,17 +252,22 @@ def test_per_aggregate_order_holds_under_four_concurrent_relays():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_emit_wakes_listening_workers_on_commit_and_not_on_rollback():
-    wake = threading.Event()
-    listener = notify.Listener(wake.set)
+    from tests.support import listening_connections, wait_for
+
+    woken = []
+    before = listening_connections()
+    listener = notify.Listener(lambda: woken.append(True))
     listener.start()
     try:
-        time.sleep(0.5)  # let it LISTEN
-        wake.clear()
+        wait_for(lambda: listening_connections() > before, what="the listener's LISTEN")
         with pytest.raises(RuntimeError), transaction.atomic():
             emit("A")
             raise RuntimeError("rolled back")
-        assert not wake.wait(0.5)
         emit("A")
-        assert wake.wait(3.0)
+        emit("B")
+        # Notifications arrive in commit order: once both commits' have
+        # arrived, one from the rolled-back emit would have arrived too.
+        wait_for(lambda: len(woken) >= 2, what="the two committed emits' notifications")
+        assert len(woken) == 2
     finally:
         listener.stop()

@@ -80,25 +80,7 @@ def test_claim_counts_the_attempt_and_remembers_the_first(store):
     assert again.first_attempt_at.timestamp() == 100
 
 
-@pytest.mark.parametrize(
-    "write",
-    [
-        lambda s, e: s.renew("studio", "q-1", "worker-a", e, now=140),
-        lambda s, e: s.finish("studio", "q-1", "worker-a", e, now=140),
-        lambda s, e: s.wait("studio", "q-1", "worker-a", e, reason="reply", now=140),
-        lambda s, e: s.fail("studio", "q-1", "worker-a", e, error="boom", now=140),
-        lambda s, e: s.release("studio", "q-1", "worker-a", e, reason="shutdown", now=140),
-    ],
-    ids=["renew", "finish", "wait", "fail", "release"],
-)
-def test_stale_worker_writes_raise_conflict_and_change_nothing(store, write):
-    store.enqueue("studio", "q-1")
-    old = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)
-    assert store.claim("studio", "q-1", "worker-b", now=131) == old + 1
-    before = snapshot()
-    with pytest.raises(Conflict):
-        write(store, old)
-    assert snapshot() == before
+# Both halves of the fence, for every write: tests/jobs/test_fence.py.
 
 
 def test_writes_after_recovery_are_fenced_out_even_before_a_new_claim(store):
@@ -108,13 +90,6 @@ def test_writes_after_recovery_are_fenced_out_even_before_a_new_claim(store):
     assert Job.objects.get(key="q-1").state == "READY"
     with pytest.raises(Conflict):
         store.finish("studio", "q-1", "worker-a", epoch, now=201)
-
-
-def test_wrong_worker_with_right_epoch_is_a_conflict(store):
-    store.enqueue("studio", "q-1")
-    epoch = store.claim("studio", "q-1", "worker-a", now=100)
-    with pytest.raises(Conflict):
-        store.finish("studio", "q-1", "worker-b", epoch, now=101)
 
 
 def test_unknown_job_is_not_found(store):

@@ -300,7 +300,7 @@ def test_a_handler_waits_for_a_reply_or_a_timer_and_the_worker_resumes_it(manage
     assert job.result["detail"]["context"]["number"] == "INV-2"
 
 
-# ---------------------------------------------------------------- PostgreSQL: the race in real processes
+# ---------------------------------------------------------------- the race in real processes
 
 
 def _sweep_until_decided(count: int) -> int:
@@ -321,7 +321,6 @@ def _reply_to_all(keys: list[str]) -> list[str]:
     return outcomes
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_reply_or_timer_race_resolves_to_exactly_one_resume_per_job(store):
     jobs = [waiting_for_reply_or_reminder(store, number=f"INV-{n}")[1] for n in range(60)]

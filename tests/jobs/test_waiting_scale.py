@@ -6,7 +6,6 @@ catches a busy loop (a worker that scans waiting rows or spins when idle)."""
 
 import os
 import signal
-import threading
 import time
 from datetime import timedelta
 
@@ -17,6 +16,7 @@ from jobs.models import Job, Timer
 from jobs.outbox import outbox_relay
 from jobs.store import JobSpec
 from jobs.timers import timer_fire_due
+from tests.support import ProcessOutput, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,36 +29,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class Output:
-    """Drains a child's stdout in the background so it never blocks on a full pipe."""
-
-    def __init__(self, process):
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
-
-    def _read(self, process):
-        for line in process.stdout:
-            self.lines.append(line)
-
-    def wait_for(self, text: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
-                return True
-            time.sleep(0.05)
-        return False
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def test_ten_thousand_waiting_jobs_hold_no_worker_and_an_idle_worker_stays_cold(store, manage):
@@ -78,23 +48,25 @@ def test_ten_thousand_waiting_jobs_hold_no_worker_and_an_idle_worker_stays_cold(
     assert outbox_relay() == 0
 
     worker = manage.start("run_worker", "--worker-id", "idle", "--poll-interval", "1")
-    output = Output(worker)
+    output = ProcessOutput(worker)
     try:
-        assert output.wait_for("worker.start", timeout=30), "".join(output.lines)
-        time.sleep(0.5)  # past start-up work
+        output.wait_for("worker.start", timeout=30)
+        # Past start-up work: the worker has run a first job and found nothing more.
+        store.enqueue("other", "first")
+        wait_for(lambda: Job.objects.get(key="first").state == "DONE", timeout=30, what="a first job to run")
         before = cpu_seconds(worker.pid)
-        time.sleep(3.0)
+        time.sleep(3.0)  # the measurement window, not a synchronisation
         idle_cpu = cpu_seconds(worker.pid) - before
         assert idle_cpu < 0.5, f"an idle worker used {idle_cpu:.2f}s CPU in 3s"
         assert Job.objects.filter(tenant="scale", state="WAITING_EXTERNAL").count() == WAITING
         assert Job.objects.filter(state="LEASED").count() == 0
+        assert Job.objects.filter(tenant="scale").exclude(state="WAITING_EXTERNAL").count() == 0
 
         # A handful of timers come due: the same worker wakes those jobs and runs them.
         due = job_ids[:20]
         Timer.objects.filter(job_id__in=due).update(scheduled_for=timezone.now() - timedelta(seconds=1))
-        assert wait_until(lambda: Job.objects.filter(pk__in=due, state="DONE").count() == 20, timeout=20), (
-            "".join(output.lines[-20:])
-        )
+        wait_for(lambda: Job.objects.filter(pk__in=due, state="DONE").count() == 20, timeout=20,
+                 what="the 20 woken jobs to run")
         assert Timer.objects.filter(state="FIRED").count() == 20
         assert Job.objects.filter(tenant="scale", state="WAITING_EXTERNAL").count() == WAITING - 20
     finally:

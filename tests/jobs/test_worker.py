@@ -15,7 +15,7 @@ from jobs.errors import Conflict
 from jobs.models import Job
 from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
-from tests.support import wait_for
+from tests.support import ProcessOutput, lease_expired, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ def test_sigkill_mid_handler_then_another_worker_recovers_the_job(store, manage)
             victim.kill()
     old = job("killed")
     assert (old.worker_id, old.lease_epoch) == ("victim", 1)
-    time.sleep(1.2)  # the lease expires
+    wait_for(lambda: lease_expired("studio", "killed"), what="the dead worker's lease to expire")
     result = manage.run("run_worker", "--worker-id", "rescuer", "--until-idle", "--lease-ttl", "1")
     assert "job.recovered" in result.stdout
     j = job("killed")
@@ -183,7 +183,7 @@ def test_sigterm_past_the_grace_period_exits_0_and_leaves_the_job_to_expire(stor
     assert elapsed < 5
     assert "job.abandoned" in out
     assert job("long").state == "LEASED"  # not finished, not half-written
-    time.sleep(2.2)
+    wait_for(lambda: lease_expired("studio", "long"), what="the abandoned lease to expire")
     recovered = Store().recover_expired()
     assert [(r.key, r.to_state) for r in recovered] == [("long", "READY")]
 
@@ -191,12 +191,14 @@ def test_sigterm_past_the_grace_period_exits_0_and_leaves_the_job_to_expire(stor
 def test_second_signal_exits_at_once(store, manage):
     store.enqueue("studio", "long", action="test.sleep", payload={"seconds": 30})
     proc = manage.start("run_worker", "--worker-id", "w1", "--grace", "60")
+    output = ProcessOutput(proc)
     wait_for(lambda: job("long").state == "LEASED")
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    output.wait_for("worker.stopping")  # the first signal was handled: now the second
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=5)
-    assert proc.returncode == 128 + signal.SIGTERM
+    out = output.finish(timeout=5)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "worker.kill" in out
 
 
 def test_tenant_and_action_filters_limit_what_a_worker_claims(store, manage):

@@ -1,7 +1,6 @@
 """The operation protocol against a real simulator over real HTTP, one
 attempt at a time in this process (the worker's own bookkeeping)."""
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -19,7 +18,9 @@ from operations.models import ConnectorPause, Operation, OperationEvent
 from operations.protocol import operation_perform
 from operations.services import connector_pause_clear
 
-from .support import EMAIL, attempt, enqueue_email, job
+from tests.connectors.support import raw_request
+
+from .support import EMAIL, attempt, enqueue_email, job, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +104,14 @@ def test_provider_with_only_idempotency_keys_reconciles_by_resending_the_same_ke
 
     with connector_registered("keys-only", lambda: key_only):
         assert isinstance(attempt(store), TransientError)
-        time.sleep(0.8)  # the provider has finished answering the first request
+        # The provider answers 409 while the first request with this key is
+        # still being answered; probing with the identical request is free
+        # (afterwards it is a replay), so wait until that answer is over.
+        op = operation()
+        probe = {**op.request, "client_reference": str(op.id)}
+        wait_for(lambda: raw_request(sim.url, "POST", "/v1/messages", body=probe,
+                                     headers={"Idempotency-Key": str(op.id)}).status != 409,
+                 what="the provider to finish answering the first request")
         attempt(store)
 
     op = operation()
@@ -277,13 +285,8 @@ def test_429_retries_after_the_providers_retry_after_then_sends(store, start_sim
     assert len(healthy.messages()) == 1
 
 
-def test_unreachable_provider_fails_the_attempt_without_doubt(store, provider):
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    provider(f"http://127.0.0.1:{port}")
+def test_unreachable_provider_fails_the_attempt_without_doubt(store, provider, refused_url):
+    provider(refused_url)
     enqueue_email(store)
 
     outcome = attempt(store)
@@ -293,7 +296,8 @@ def test_unreachable_provider_fails_the_attempt_without_doubt(store, provider):
     assert job().state == "READY"
 
 
-def test_an_accepted_operation_is_not_sent_again_by_the_next_lease_holder(store, start_sim, provider):
+def test_an_accepted_operation_is_not_sent_again_by_the_next_lease_holder(store, start_sim, provider,
+                                                                          refused_url):
     sim = start_sim("idempotent")
     provider(sim)
     enqueue_email(store)
@@ -302,7 +306,7 @@ def test_an_accepted_operation_is_not_sent_again_by_the_next_lease_holder(store,
     operation_perform(ctx, step="send", provider="sim-idempotent", request=EMAIL)
     # w1 dies before finishing the job; its lease runs out and w2 takes over.
     Job.objects.filter(key="send-quote-017").update(lease_until=timezone.now() - timedelta(seconds=1))
-    provider("http://127.0.0.1:9")  # any I/O now would fail: none must happen
+    provider(refused_url)  # any I/O now would fail: none must happen
 
     result = attempt(store, worker="w2")
 

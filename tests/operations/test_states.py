@@ -4,7 +4,7 @@ import pytest
 
 from operations.errors import OperationStateError
 from operations.models import Operation, OperationEvent
-from operations.states import TRANSITIONS, operation_transition
+from operations.states import operation_transition
 
 
 @pytest.fixture
@@ -31,6 +31,29 @@ def test_evidence_without_a_state_change_is_always_recorded(accepted):
     ]
 
 
-def test_only_a_human_decides_an_operation_under_investigation():
-    assert TRANSITIONS["NEEDS_INVESTIGATION"] == {"ACCEPTED", "FAILED"}
-    assert "INTENDED" not in TRANSITIONS["NEEDS_INVESTIGATION"]
+@pytest.fixture
+def investigating(accepted):
+    Operation.objects.filter(pk=accepted.pk).update(state="NEEDS_INVESTIGATION", attempts=1)
+    accepted.refresh_from_db()
+    return accepted
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("to_state", ["INTENDED", "UNKNOWN", "REJECTED"])
+def test_an_operation_under_investigation_is_never_sent_again_by_a_machine(investigating, to_state):
+    with pytest.raises(OperationStateError):
+        operation_transition(investigating, "dispatch", to_state=to_state, actor="w1", attempts=2)
+    investigating.refresh_from_db()
+    assert (investigating.state, investigating.attempts) == ("NEEDS_INVESTIGATION", 1)
+    assert not OperationEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("to_state", ["ACCEPTED", "FAILED"])
+def test_a_human_decides_an_operation_under_investigation(investigating, to_state):
+    operation_transition(investigating, "human_decision", to_state=to_state, actor="ops", reason="checked")
+    investigating.refresh_from_db()
+    assert investigating.state == to_state
+    assert list(OperationEvent.objects.values_list("from_state", "to_state", "actor")) == [
+        ("NEEDS_INVESTIGATION", to_state, "ops")
+    ]

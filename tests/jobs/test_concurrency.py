@@ -1,5 +1,7 @@
-"""Races between real OS processes on PostgreSQL: SKIP LOCKED claims, the
-fence, and idempotent enqueue."""
+"""Races between real OS processes on the test database (SQLite serialises
+claimers with BEGIN IMMEDIATE, PostgreSQL steps over locked rows with SKIP
+LOCKED): every job done exactly once, stale writes fenced out, idempotent
+enqueue."""
 
 import multiprocessing
 
@@ -9,7 +11,7 @@ from django.db import connections
 from jobs.models import Job, JobEvent
 from jobs.store import JobSpec, Store
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _in_child(target, *args):
@@ -29,6 +31,10 @@ def _in_child(target, *args):
     return ctx, queue, child
 
 
+# Seconds since the epoch, long after any lease this test grants has expired.
+STALE_AFTER = 4_000_000_000
+
+
 def _drain(worker_id: str, stale_epoch_checks: bool) -> dict:
     from jobs.errors import Conflict
 
@@ -38,13 +44,18 @@ def _drain(worker_id: str, stale_epoch_checks: bool) -> dict:
         job = store.claim_next(worker_id, ttl=60)
         if job is None:
             break
+        epoch = job.lease_epoch
         if stale_epoch_checks:
-            # A fenced-out write (wrong epoch) must never land.
+            # Another slot of this same worker takes the job over once its
+            # lease has expired (a clock far ahead): the epoch it was claimed
+            # with is now stale, and a write with it must never land.
+            epoch = store.claim(job.tenant, job.key, worker_id, now=STALE_AFTER, ttl=60)
+            assert epoch == job.lease_epoch + 1
             try:
-                store.finish(job.tenant, job.key, worker_id, job.lease_epoch - 1)
+                store.finish(job.tenant, job.key, worker_id, job.lease_epoch)
             except Conflict:
                 conflicts += 1
-        store.finish(job.tenant, job.key, worker_id, job.lease_epoch)
+        store.finish(job.tenant, job.key, worker_id, epoch)
         finished.append(job.key)
     return {"finished": finished, "conflicts": conflicts}
 
@@ -72,6 +83,9 @@ def test_eight_processes_race_claim_next_and_each_job_is_done_exactly_once():
     claims = JobEvent.objects.filter(kind="claim")
     assert claims.count() == 2000
     assert claims.filter(epoch=1).count() == 2000
+    takeovers = JobEvent.objects.filter(kind="takeover")
+    assert takeovers.count() == sum(r["conflicts"] for _, r in results) > 0
+    assert set(takeovers.values_list("epoch", flat=True)) == {2}
     finishes = {(e.job_id, e.worker_id) for e in JobEvent.objects.filter(kind="finish")}
     holders = {(e.job_id, e.worker_id) for e in claims}
     assert finishes == holders

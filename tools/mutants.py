@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Curated mutants: break, one line at a time, the rules that matter most and
+check that the tests meant to guard each rule notice.
+
+    python tools/mutants.py                  # every mutant (`make mutants`)
+    python tools/mutants.py fence-epoch-finish digest-check   # some of them
+    python tools/mutants.py --list
+
+Each mutant is a named list of one-line edits matched by EXACT source text
+(optionally after a unique anchor line, when the same text appears more than
+once). The work tree is never touched: the project is copied once into a
+temporary directory, each mutant is applied to that copy, the tests listed
+for it run there, and the file is restored before the next one. A mutant is
+"killed" when those tests fail and "SURVIVED" when they pass; the script
+exits 1 if any mutant survives, if a pattern is not found (the code it
+targets changed: update the pattern — the message says which), or if the
+tests do not pass on the unmutated copy first.
+
+Databases: mutants run on SQLite (a fresh test database under the temporary
+directory). A mutant marked `postgres` concerns PostgreSQL-only SQL (SKIP
+LOCKED): it runs against `--postgres-url` (default $MUTANTS_POSTGRES_URL or
+postgres://postgres@127.0.0.1:5432/durable_mutants); with `--skip-postgres`
+it is reported as skipped instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FENCE_TESTS = ["tests/jobs/test_fence.py"]
+PROTOCOL = "tests/operations/test_protocol.py"
+RECONCILIATION = "tests/operations/test_reconciliation.py"
+OUTBOX = "tests/jobs/test_outbox.py"
+OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str  # exact text on one line
+    new: str
+    after: str = ""  # a unique anchor: the edit applies to the first `old` after it
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    rule: str
+    edits: tuple[Edit, ...]
+    tests: tuple[str, ...]
+    postgres: bool = False
+
+
+def _current(column: str) -> str:
+    # What a write would use if it forgot the caller's fence and trusted the row.
+    return f"Job.objects.get(tenant=tenant, key=key).{column},"
+
+
+def _fence_mutants() -> list[Mutant]:
+    mutants = []
+    # renew is one line; finish and wait pass their fence one argument per line.
+    mutants.append(Mutant("fence-epoch-renew", "renew checks the lease epoch", (
+        Edit("jobs/store.py", "worker_id, epoch, State.LEASED, clock",
+             "worker_id, Job.objects.get(tenant=tenant, key=key).lease_epoch, State.LEASED, clock"),), tuple(FENCE_TESTS)))
+    mutants.append(Mutant("fence-worker-renew", "renew checks the worker id", (
+        Edit("jobs/store.py", "tenant, key, worker_id, epoch, State.LEASED, clock",
+             "tenant, key, Job.objects.get(tenant=tenant, key=key).worker_id, epoch, State.LEASED, clock"),),
+        tuple(FENCE_TESTS)))
+    for write in ("finish", "wait"):
+        anchor = f'            "{write}",'
+        mutants.append(Mutant(f"fence-epoch-{write}", f"{write} checks the lease epoch", (
+            Edit("jobs/store.py", "            epoch,", "            " + _current("lease_epoch"), after=anchor),),
+            tuple(FENCE_TESTS)))
+        mutants.append(Mutant(f"fence-worker-{write}", f"{write} checks the worker id", (
+            Edit("jobs/store.py", "            worker_id,", "            " + _current("worker_id"), after=anchor),),
+            tuple(FENCE_TESTS)))
+    # fail and release read the holder first (for the retry decision, the
+    # attempt count) and then write under the fence: both lines must forget it.
+    for write, method in (("fail", "    def fail("), ("release", "    def release(")):
+        anchor = f'            "{write}",'
+        holder = "        job = self._holder(tenant, key, worker_id, epoch)"
+        mutants.append(Mutant(f"fence-epoch-{write}", f"{write} checks the lease epoch", (
+            Edit("jobs/store.py", holder,
+                 "        job = self._holder(tenant, key, worker_id, Job.objects.get(tenant=tenant, key=key).lease_epoch)",
+                 after=method),
+            Edit("jobs/store.py", "            epoch,", "            " + _current("lease_epoch"), after=anchor),),
+            tuple(FENCE_TESTS)))
+        mutants.append(Mutant(f"fence-worker-{write}", f"{write} checks the worker id", (
+            Edit("jobs/store.py", holder,
+                 "        job = self._holder(tenant, key, Job.objects.get(tenant=tenant, key=key).worker_id, epoch)",
+                 after=method),
+            Edit("jobs/store.py", "            worker_id,", "            " + _current("worker_id"), after=anchor),),
+            tuple(FENCE_TESTS)))
+    guard = "            if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:"
+    mutants.append(Mutant("fence-epoch-under-fence", "under_fence checks the lease epoch", (
+        Edit("jobs/store.py", guard, guard.replace(" or job.lease_epoch != epoch", ""), after="    def under_fence("),),
+        tuple(FENCE_TESTS)))
+    mutants.append(Mutant("fence-worker-under-fence", "under_fence checks the worker id", (
+        Edit("jobs/store.py", guard, guard.replace(" or job.worker_id != worker_id", ""), after="    def under_fence("),),
+        tuple(FENCE_TESTS)))
+    for record, function in (("receipt", "def _accept("), ("outcome", "def _fail("), ("resend", "def _prepare_resend(")):
+        mutants.append(Mutant(f"fence-operation-{record}", f"the operation's {record} is written under the job's fence", (
+            Edit("operations/protocol.py", "with ctx.under_fence():", "with transaction.atomic():", after=function),),
+            tuple(OPERATION_FENCE_TESTS)))
+    return mutants
+
+
+MUTANTS: list[Mutant] = [
+    *_fence_mutants(),
+    Mutant("claim-epoch-increment", "a claim (or takeover) by name moves the epoch on", (
+        Edit("jobs/store.py", "            epoch = job.lease_epoch + 1", "            epoch = job.lease_epoch"),),
+        tuple(FENCE_TESTS)),
+    Mutant("claim-next-epoch-increment", "claim_next moves the epoch on", (
+        Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
+        ("tests/jobs/test_store.py",)),
+    Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing", (
+        Edit("jobs/claim.py", "        FOR UPDATE OF j SKIP LOCKED", "        FOR UPDATE OF j"),),
+        ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    # Depends on the lookup reference check of issue 10 item 4 (a minimal one
+    # lives in connectors/email_http.py; the hardening stream may reword it).
+    Mutant("lookup-reference-check", "a lookup adopts only a message carrying this operation's reference", (
+        Edit("connectors/email_http.py",
+             'matches = [m for m in matches if m.get("client_reference") == client_reference]',
+             "matches = list(matches)"),),
+        (f"{RECONCILIATION}::test_a_lookup_that_ignores_the_reference_does_not_adopt_another_message",)),
+    Mutant("digest-check", "the same step asked to send a different request sends nothing", (
+        Edit("operations/protocol.py", "    if operation.request_digest != digest:", "    if False:"),),
+        (f"{PROTOCOL}::test_same_step_with_a_different_request_is_a_digest_mismatch_and_sends_nothing",)),
+    Mutant("outbox-quarantine-spent", "an event claimed too often without acknowledgement is quarantined", (
+        Edit("jobs/outbox.py", "        spent = [e for e in batch if e.attempts >= policy.max_attempts]",
+             "        spent = []"),),
+        (f"{OUTBOX}::test_a_relay_that_died_mid_delivery_too_often_quarantines_the_event",)),
+    Mutant("outbox-quarantine-failing", "an event whose delivery keeps failing is quarantined", (
+        Edit("jobs/outbox.py", "    if event.attempts >= policy.max_attempts:", "    if False:"),),
+        (f"{OUTBOX}::test_a_poison_event_is_quarantined_while_the_100_events_behind_it_are_published",
+         f"{OUTBOX}::test_a_requeued_event_is_published_after_its_consumer_is_fixed")),
+    Mutant("timer-version-reread", "a timer re-reads its subject and re-plans when the version changed", (
+        Edit("jobs/timers.py",
+             "if subject is not None and timer.subject_version is not None and subject.version != timer.subject_version:",
+             "if False:"),),
+        ("tests/jobs/test_timers.py::test_due_date_moved_replans_the_timer_to_the_new_date",
+         "tests/jobs/test_timers.py::test_due_date_moved_earlier_fires_at_the_next_sweep")),
+    Mutant("hmac-comparison", "an inbound webhook with a wrong signature is refused", (
+        Edit("jobs/inbound.py", "    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):",
+             "    if False:"),),
+        ("tests/jobs/test_inbound.py::test_a_bad_signature_is_refused_and_nothing_is_applied",)),
+    Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
+        Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
+        ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",
+         f"{PROTOCOL}::test_401_pauses_the_connector_for_that_tenant_and_provider_until_an_operator_clears_it")),
+]
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    verdict: str
+    seconds: float = 0.0
+    detail: str = ""
+    log: str = field(default="", repr=False)
+
+
+class PatternNotFound(Exception):
+    pass
+
+
+def apply(tree: Path, mutant: Mutant) -> dict[Path, str]:
+    """Apply the mutant's edits to `tree`; return the original texts to restore."""
+    originals: dict[Path, str] = {}
+    for edit in mutant.edits:
+        path = tree / edit.path
+        current = path.read_text()
+        originals.setdefault(path, current)
+        start = 0
+        if edit.after:
+            if current.count(edit.after) != 1:
+                raise PatternNotFound(f"mutation {mutant.name}: anchor {edit.after.strip()!r} not found once in "
+                                      f"{edit.path} (found {current.count(edit.after)} times)")
+            start = current.index(edit.after) + len(edit.after)
+        elif current.count(edit.old) != 1:
+            raise PatternNotFound(f"mutation {mutant.name}: pattern not found once in {edit.path}: {edit.old.strip()!r} "
+                                  f"(found {current.count(edit.old)} times)")
+        at = current.find(edit.old, start)
+        if at < 0:
+            raise PatternNotFound(f"mutation {mutant.name}: pattern not found in {edit.path}: {edit.old.strip()!r}")
+        if "\n" in edit.old or "\n" in edit.new:
+            raise PatternNotFound(f"mutation {mutant.name}: an edit must stay on one line")
+        path.write_text(current[:at] + edit.new + current[at + len(edit.old):])
+    return originals
+
+
+def restore(originals: dict[Path, str]) -> None:
+    for path, text in originals.items():
+        path.write_text(text)
+
+
+def run_tests(tree: Path, tests: tuple[str, ...] | list[str], env: dict[str, str]) -> tuple[int, str]:
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o",
+               "addopts=--strict-markers", *tests]
+    result = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+def copy_tree(destination: Path) -> Path:
+    ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", "*.sqlite3*", "var", "staticfiles",
+                                    ".hypothesis", ".pytest_cache", "*.egg-info")
+    tree = destination / "tree"
+    shutil.copytree(ROOT, tree, ignore=ignore, symlinks=True)
+    return tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="Run only these mutants (default: all).")
+    parser.add_argument("--list", action="store_true", help="List the mutants and the tests that must catch each.")
+    parser.add_argument("--postgres-url", default=os.environ.get(
+        "MUTANTS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/durable_mutants"),
+        help="Database for the PostgreSQL-only mutants (its test_ database is created and dropped).")
+    parser.add_argument("--skip-postgres", action="store_true",
+                        help="Report the PostgreSQL-only mutants as skipped instead of running them.")
+    options = parser.parse_args(argv)
+
+    if options.list:
+        for m in MUTANTS:
+            print(f"{m.name:32} {'[postgres] ' if m.postgres else ''}{m.rule}\n{'':32} tests: {' '.join(m.tests)}")
+        return 0
+    unknown = set(options.names) - {m.name for m in MUTANTS}
+    if unknown:
+        parser.error(f"unknown mutant(s): {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not options.names or m.name in options.names]
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="durable-mutants-") as workdir:
+        tree = copy_tree(Path(workdir))
+        base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HYPOTHESIS_PROFILE": "ci",
+                    "PYTHONPATH": str(tree)}
+        base_env.pop("DATABASE_URL", None)
+        sqlite_env = {**base_env, "SQLITE_TEST_DATABASE": str(Path(workdir) / "test.sqlite3")}
+        pg_env = {**base_env, "DATABASE_URL": options.postgres_url}
+
+        # Every mutant's pattern first: a changed line fails loudly before any test runs.
+        problems = []
+        for mutant in chosen:
+            try:
+                restore(apply(tree, mutant))
+            except PatternNotFound as exc:
+                problems.append(str(exc))
+        if problems:
+            print("\n".join(problems), file=sys.stderr)
+            return 1
+
+        # The tests must pass on the unmutated copy, or a "kill" means nothing.
+        for db, env, group in (("sqlite", sqlite_env, [m for m in chosen if not m.postgres]),
+                               ("postgres", pg_env, [m for m in chosen if m.postgres and not options.skip_postgres])):
+            tests = sorted({t for m in group for t in m.tests})
+            if not tests:
+                continue
+            code, log = run_tests(tree, tests + (["--create-db"] if db == "postgres" else []), env)
+            if code != 0:
+                print(f"the tests do not pass on the unmutated tree ({db}); fix them first:\n{log[-4000:]}",
+                      file=sys.stderr)
+                return 1
+
+        outcomes: list[Outcome] = []
+        for mutant in chosen:
+            if mutant.postgres and options.skip_postgres:
+                outcomes.append(Outcome(mutant, "skipped", detail="needs PostgreSQL (--skip-postgres)"))
+                continue
+            originals = apply(tree, mutant)
+            t0 = time.monotonic()
+            try:
+                code, log = run_tests(tree, mutant.tests, pg_env if mutant.postgres else sqlite_env)
+            finally:
+                restore(originals)
+            seconds = time.monotonic() - t0
+            if code == 1:
+                failed = [line.split(" ", 1)[1].split(" - ")[0] for line in log.splitlines() if line.startswith("FAILED ")]
+                outcomes.append(Outcome(mutant, "killed", seconds, failed[0] if failed else "", log))
+            elif code == 0:
+                outcomes.append(Outcome(mutant, "SURVIVED", seconds, "the tests still pass", log))
+            else:
+                outcomes.append(Outcome(mutant, "ERROR", seconds, f"pytest exited {code}", log))
+            print(f"  {outcomes[-1].verdict:8} {mutant.name}", file=sys.stderr, flush=True)
+
+    width = max(len(o.mutant.name) for o in outcomes)
+    print(f"\n{'mutant':{width}}  {'verdict':8}  {'time':>6}  caught by / why")
+    for o in outcomes:
+        print(f"{o.mutant.name:{width}}  {o.verdict:8}  {o.seconds:5.1f}s  {o.detail}")
+    bad = [o for o in outcomes if o.verdict in ("SURVIVED", "ERROR")]
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    print(f"\n{killed}/{len(outcomes)} killed, {len(bad)} survived or errored, "
+          f"{sum(o.verdict == 'skipped' for o in outcomes)} skipped, in {time.monotonic() - started:.0f}s")
+    for o in bad:
+        print(f"\n--- {o.mutant.name} ({o.mutant.rule}): {o.detail}\n{o.log[-3000:]}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
