@@ -76,10 +76,13 @@ class Wait:
     state: State
     reason: str
     wake_at: datetime | float | None = None
+    # Which inbound provider may end this wait (contract C2): an event from
+    # another provider must not resume it.
+    provider: str = ""
 
     @classmethod
-    def external(cls, reason: str, *, wake_at=None) -> "Wait":
-        return cls(State.WAITING_EXTERNAL, reason, wake_at)
+    def external(cls, reason: str, *, wake_at=None, provider: str = "") -> "Wait":
+        return cls(State.WAITING_EXTERNAL, reason, wake_at, provider)
 
     @classmethod
     def review(cls, reason: str, *, wake_at=None) -> "Wait":
