@@ -46,9 +46,9 @@ def seed(*, tenant_slug: str, quotes: int, invoices: int) -> dict:
     issued = approved = 0
     for i in range(1, invoices + 1):
         if not Invoice.objects.filter(tenant=tenant, number=invoice_number(i)).exists():
-            # Overdue by a few days each, so their reminders are due now.
+            # Overdue by 4, 7, 10 … days: the agent sees each as overdue.
             invoice_issue(tenant=tenant, number=invoice_number(i), customer=customers[(i - 1) % len(customers)],
-                          amount=Decimal(250 * i), due_date=today - timedelta(days=3 + i), terms="Net 30",
+                          amount=Decimal(250 * i), due_date=today - timedelta(days=3 * i + 1), terms="Net 30",
                           actor=ACTOR)
             issued += 1
     for i in range(1, quotes + 1):
