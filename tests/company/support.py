@@ -2,6 +2,7 @@
 a time, exactly as `run_worker` records each outcome."""
 
 from django.test import Client
+from django.utils import timezone
 
 from company.replies import quote_reply_request
 from jobs.actions import JobContext, Wait, get_action
@@ -43,7 +44,9 @@ def settle(tenant: str, *, rounds: int = 200) -> None:
     store = Store()
     for _ in range(rounds):
         Job.objects.filter(tenant=tenant, state="READY").update(next_attempt_at=None)
-        moved = outbox_relay() + timer_fire_due()
+        # Wall-clock time: inside a test's transaction PostgreSQL's now()
+        # stands still at the transaction's start.
+        moved = outbox_relay() + timer_fire_due(now=timezone.now())
         job = store.claim_next("test-worker", tenants=[tenant], ttl=60)
         if job is not None:
             run_one(store, job)
