@@ -28,3 +28,15 @@ def quote_reply_request(*, secret: str, tenant: str, quote_number: str, decision
     stamp = str(int(time.time()) if timestamp is None else timestamp)
     headers = {"X-Signature-Timestamp": stamp, "X-Signature": signature_for(secret=secret, timestamp=stamp, body=body)}
     return body, headers
+
+
+def quote_reply_post(*, provider: str, secret: str, tenant: str, quote_number: str, decision: str, event_id: str,
+                     job_key: str | None = None):
+    """Deliver a reply through this project's own webhook view (in process,
+    the same code path as a provider's POST); returns the HTTP response."""
+    from django.test import Client
+
+    body, headers = quote_reply_request(secret=secret, tenant=tenant, quote_number=quote_number, decision=decision,
+                                        event_id=event_id, job_key=job_key)
+    return Client(SERVER_NAME="localhost").post(f"/hooks/{provider}/events", body, content_type="application/json",
+                                                headers=headers)

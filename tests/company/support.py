@@ -1,10 +1,14 @@
 """Helpers for the company tests: run the loop in this process, one step at
 a time, exactly as `run_worker` records each outcome."""
 
-from django.test import Client
+from datetime import timedelta
+from decimal import Decimal
+
 from django.utils import timezone
 
-from company.replies import quote_reply_request
+from company.models import Quote
+from company.replies import quote_reply_post
+from company.services import customer_ensure, quote_approve, quote_create, tenant_ensure, tenant_policy_set
 from jobs.actions import JobContext, Wait, get_action
 from jobs.models import Job
 from jobs.outbox import outbox_relay
@@ -56,7 +60,14 @@ def settle(tenant: str, *, rounds: int = 200) -> None:
 
 
 def post_reply(tenant: str, quote_number: str, decision: str, *, event_id: str, job_key: str | None = None):
-    body, headers = quote_reply_request(secret=REPLY_SECRET, tenant=tenant, quote_number=quote_number,
-                                        decision=decision, event_id=event_id, job_key=job_key)
-    return Client(SERVER_NAME="localhost").post(f"/hooks/{REPLY_PROVIDER}/events", body,
-                                                content_type="application/json", headers=headers)
+    return quote_reply_post(provider=REPLY_PROVIDER, secret=REPLY_SECRET, tenant=tenant, quote_number=quote_number,
+                            decision=decision, event_id=event_id, job_key=job_key)
+
+
+def approved_quote(tenant_slug: str, number: str = "Q-1", *, follow_up_after=timedelta(days=7)) -> Quote:
+    """An approved quote of a fresh customer; its `quote.approved` event is not relayed yet."""
+    tenant = tenant_ensure(slug=tenant_slug)
+    tenant_policy_set(tenant=tenant, quote_follow_up_after=follow_up_after)
+    customer = customer_ensure(tenant=tenant, email="ada@example.com", name="Ada")
+    quote = quote_create(tenant=tenant, number=number, customer=customer, amount=Decimal("1200.00"))
+    return quote_approve(quote=quote, actor="alice")

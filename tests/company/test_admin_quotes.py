@@ -6,7 +6,6 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth import get_user_model
 
-from company.models import Quote
 from company.services import customer_ensure, quote_create, tenant_ensure
 from jobs.models import OutboxEvent
 

@@ -6,14 +6,12 @@ import signal
 import threading
 import time
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from company.models import Proposal, Quote
-from company.services import customer_ensure, quote_approve, quote_create, tenant_ensure, tenant_policy_set
 from connectors.registry import PROVIDER_FOR_SIMULATOR_MODE
 from connectors.simulator_process import running_simulator
 from jobs.models import InboundEvent, Job, Timer
@@ -21,6 +19,7 @@ from jobs.timers import timer_fire_due
 from operations.models import Operation
 from tests.support import wait_for
 
+from . import support
 from .support import REPLY_PROVIDER, REPLY_SECRET, inbound_settings, post_reply, settle
 
 pytestmark = [pytest.mark.acceptance]
@@ -28,12 +27,8 @@ TENANT = "acme"
 LEASE_TTL = "1.5"
 
 
-def approved_quote(number: str = "Q-1", *, follow_up_after=timedelta(days=7)) -> Quote:
-    tenant = tenant_ensure(slug=TENANT)
-    tenant_policy_set(tenant=tenant, quote_follow_up_after=follow_up_after)
-    customer = customer_ensure(tenant=tenant, email="ada@example.com", name="Ada")
-    return quote_approve(quote=quote_create(tenant=tenant, number=number, customer=customer, amount=Decimal("900")),
-                         actor="alice")
+def approved_quote(number="Q-1", *, follow_up_after=timedelta(days=7)) -> Quote:
+    return support.approved_quote(TENANT, number, follow_up_after=follow_up_after)
 
 
 def start_worker(manage, sim, name: str, *extra: str, read_timeout: float, mode: str = "idempotent"):

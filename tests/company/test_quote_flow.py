@@ -2,15 +2,15 @@
 email → wait for the reply or the follow-up timer, whichever comes first."""
 
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 
 from company.models import Proposal, Quote
-from company.services import customer_ensure, quote_accept, quote_approve, quote_create, tenant_ensure, tenant_policy_set
+from company.services import quote_accept
 from jobs.models import InboundEvent, Job, Timer
 from operations.models import Operation
 
+from . import support
 from .support import inbound_settings, post_reply, settle
 
 pytestmark = pytest.mark.django_db
@@ -27,11 +27,7 @@ def sim(start_sim, settings):
 
 
 def approved_quote(number="Q-1", *, follow_up_after=timedelta(days=7)) -> Quote:
-    tenant = tenant_ensure(slug=TENANT)
-    tenant_policy_set(tenant=tenant, quote_follow_up_after=follow_up_after)
-    customer = customer_ensure(tenant=tenant, email="ada@example.com", name="Ada")
-    quote = quote_create(tenant=tenant, number=number, customer=customer, amount=Decimal("1200.00"))
-    return quote_approve(quote=quote, actor="alice")
+    return support.approved_quote(TENANT, number, follow_up_after=follow_up_after)
 
 
 def job(key: str) -> Job:

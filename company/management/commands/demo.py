@@ -31,12 +31,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
-from django.test import Client
 from django.utils import timezone
 
 from company.models import Invoice, Membership, Quote
 from company.names import AGENT_RUN, agent_run_key, invoice_reminder_key, quote_send_key
-from company.replies import quote_reply_request
+from company.replies import quote_reply_post
 from company.services import (
     customer_suppress,
     invoice_change_terms,
@@ -338,10 +337,8 @@ class Command(BaseCommand):
             time.sleep(0.2)
 
     def _reply(self, number: str, decision: str, event_id: str) -> None:
-        body, headers = quote_reply_request(secret=self.secret, tenant=self.tenant_slug, quote_number=number,
-                                            decision=decision, event_id=event_id)
-        response = Client(SERVER_NAME="localhost").post(f"/hooks/{REPLY_PROVIDER}/events", body,
-                                                        content_type="application/json", headers=headers)
+        response = quote_reply_post(provider=REPLY_PROVIDER, secret=self.secret, tenant=self.tenant_slug,
+                                    quote_number=number, decision=decision, event_id=event_id)
         if response.status_code >= 400:
             raise CommandError(f"the reply to {number} was refused: {response.status_code} {response.content!r}")
 
