@@ -327,8 +327,9 @@ def send_invoice_reminder(ctx: JobContext):
     """Re-read the invoice and its customer, then remind once — or say why not.
 
     The reminder's text is rendered from the record now, not from the time it
-    was planned. A due date moved into the future since the timer fired waits
-    for the new date (a timer on this job re-reads the invoice again then).
+    was planned. An invoice changed since the job was created whose reminder
+    date is now in the future waits for that date (a timer on this job
+    re-reads the invoice again then).
     """
     invoice = (Invoice.objects.select_related("customer", "tenant")
                .filter(tenant__slug=ctx.tenant, pk=ctx.job.subject_id).first())
@@ -339,7 +340,10 @@ def send_invoice_reminder(ctx: JobContext):
         return {"invoice": invoice.number, "sent": False, "reason": why_not}
     remind_at = invoice_reminder_at(invoice)
     started = Operation.objects.filter(job_id=ctx.job.pk, step="reminder").exists()
-    if not started and remind_at > timezone.now():
+    # Only a change since the job was created moves it: a reviewer who
+    # approved an early reminder (the agent's proposal) meant "send it now".
+    changed = ctx.job.subject_version is not None and ctx.job.subject_version != invoice.version
+    if changed and not started and remind_at > timezone.now():
         with ctx.under_fence():
             timer_schedule(job=ctx.job, job_epoch=ctx.epoch, scheduled_for=remind_at,
                            reason=f"invoice {invoice.number} reminder (re-planned)", subject_type=INVOICE,

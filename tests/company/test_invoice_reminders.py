@@ -106,7 +106,7 @@ def test_an_invoice_paid_after_its_timer_fired_is_not_reminded(sim):
     planned(invoice)
     from jobs.timers import timer_fire_due
 
-    timer_fire_due()  # the job is enqueued …
+    timer_fire_due(now=timezone.now())  # the job is enqueued …
     invoice_record_payment(invoice=invoice, amount=Decimal("500.00"), actor="bank")  # … then the money arrives
     settle(TENANT)
     job = Job.objects.get(key="invoice-reminder-INV-1")
@@ -127,3 +127,19 @@ def test_planning_reminders_daily_is_idempotent(sim):
         run_one(store, store.claim_next("w", tenants=[TENANT]), "w")
     assert Timer.objects.filter(subject_id=str(invoice.pk), state="PENDING").count() == 1
     assert not Timer.objects.filter(subject_id=str(paid.pk)).exists()
+
+
+def test_a_due_date_moved_after_the_timer_fired_waits_for_the_new_date(sim):
+    invoice = overdue_invoice("INV-1", "ada@example.com")
+    planned(invoice)
+    from jobs.timers import timer_fire_due
+
+    timer_fire_due(now=timezone.now())  # the job is enqueued for version 1 …
+    new_due = timezone.now().date() + timedelta(days=30)
+    invoice_change_terms(invoice=invoice, due_date=new_due, actor="carol")  # … then the due date moves
+    settle(TENANT)
+    job = Job.objects.get(key="invoice-reminder-INV-1")
+    assert job.state == "WAITING_EXTERNAL" and "re-planned" in job.wait_reason
+    timer = Timer.objects.get(job=job)
+    assert timer.state == "PENDING" and timer.scheduled_for.date() == new_due + timedelta(days=1)
+    assert sim.messages() == []

@@ -106,3 +106,17 @@ def test_a_proposal_without_a_rationale_is_refused():
     with pytest.raises(ValueError, match="rationale"):
         proposal_submit(tenant=tenant, proposed_by="agent:rules", action="jobs.noop", job_key="x", rationale=" ")
     assert not Job.objects.exists()
+
+
+def test_a_reviewer_approving_an_early_reminder_sends_it_now(sim):
+    tenant = tenant_ensure(slug=TENANT)
+    tenant_policy_set(tenant=tenant, invoice_reminder_after=timedelta(days=30))  # the timer is weeks away
+    invoice = overdue(tenant)
+    run_agent("1")
+    job = Job.objects.get(tenant=TENANT, key="invoice-reminder-INV-1")
+    assert job.state == "WAITING_REVIEW"
+    Store().resume(TENANT, job.key, reason="remind them now", actor="reviewer")
+    settle(TENANT)
+    job.refresh_from_db()
+    assert job.state == "DONE" and job.result["sent"] is True
+    assert [m["subject"] for m in sim.messages()] == [f"Reminder: invoice {invoice.number}"]
