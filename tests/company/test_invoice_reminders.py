@@ -143,3 +143,16 @@ def test_a_due_date_moved_after_the_timer_fired_waits_for_the_new_date(sim):
     timer = Timer.objects.get(job=job)
     assert timer.state == "PENDING" and timer.scheduled_for.date() == new_due + timedelta(days=1)
     assert sim.messages() == []
+
+
+def test_a_customer_who_suppresses_reminders_after_the_timer_fired_gets_none(sim):
+    invoice = overdue_invoice("INV-1", "ada@example.com")
+    planned(invoice)
+    from jobs.timers import timer_fire_due
+
+    timer_fire_due(now=timezone.now())
+    customer_suppress(customer=invoice.customer, reason="asked us to stop", actor="carol")
+    settle(TENANT)
+    job = Job.objects.get(key="invoice-reminder-INV-1")
+    assert job.result["sent"] is False and job.result["reason"] == "ada@example.com suppressed reminders (asked us to stop)"
+    assert sim.messages() == []

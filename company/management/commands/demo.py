@@ -157,7 +157,7 @@ class Command(BaseCommand):
         w("   started demo-worker-2")
         quote_keys = [quote_send_key(quote_number(i)) for i in (1, 2, 3)]
         self._wait(lambda: all(self._job(k) and self._job(k).state not in (State.READY, State.LEASED)
-                               for k in quote_keys), "the quote emails to be sent", timeout=40)
+                               for k in quote_keys), "the quote emails to be sent", timeout=90)
 
         self._reply(quote_number(1), "accept", "evt-demo-1")
         self._reply(quote_number(3), "decline", "evt-demo-3")
@@ -174,8 +174,8 @@ class Command(BaseCommand):
                           actor="demo", reason="the rules agent looks for work")
             self._wait(lambda: not Job.objects.filter(tenant=slug, action=AGENT_RUN,
                                                       state__in=[State.READY, State.LEASED]).exists(),
-                       "the agent run", timeout=30)
-        self._wait(self._settled, "replies, timers and reminders to settle", timeout=60)
+                       "the agent run", timeout=60)
+        self._wait(self._settled, "replies, timers and reminders to settle", timeout=90)
         if second.poll() is not None:
             raise CommandError(f"demo-worker-2 exited with status {second.returncode}")
         self._report(simulator, users, password)
@@ -193,7 +193,7 @@ class Command(BaseCommand):
                           f"suppressed reminders ({suppressed.number}), {moved.number} got a new due date")
 
     def _kill_after_acceptance(self, simulator, worker: subprocess.Popen) -> None:
-        self._wait(lambda: simulator.messages(), "the provider to accept the first email", timeout=30)
+        self._wait(lambda: simulator.messages(), "the provider to accept the first email", timeout=60)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         message = simulator.messages()[0]
