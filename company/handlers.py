@@ -48,7 +48,7 @@ from .names import (
     quote_follow_up_key,
     quote_send_key,
 )
-from .services import proposal_submit, quote_accept, quote_decline, quote_mark_sent, tenant_policy
+from .services import QuoteStateError, proposal_submit, quote_accept, quote_decline, quote_mark_sent, tenant_policy
 
 # The same policy as connectors.send_email: an UNKNOWN outcome is reconciled
 # at once, an outage reaches an operator within minutes.
@@ -114,17 +114,20 @@ def _wake_up(job: Job) -> dict | None:
     return last.detail or {}
 
 
-def _apply_reply(quote: Quote, wake: dict, *, actor: str) -> dict:
+def _apply_reply(quote: Quote, wake: dict) -> dict:
     data = wake.get("data") or {}
     decision = str(data.get("decision", "")).strip().lower()
     who = f"customer via {wake.get('provider', 'inbound')} event {wake.get('event_id', '')}".strip()
-    if decision in ("accept", "accepted", "yes"):
-        quote = quote_accept(quote=quote, actor=who)
-    elif decision in ("decline", "declined", "no"):
-        quote = quote_decline(quote=quote, actor=who)
-    else:
+    answer = {"accept": quote_accept, "accepted": quote_accept, "yes": quote_accept,
+              "decline": quote_decline, "declined": quote_decline, "no": quote_decline}.get(decision)
+    if answer is None:
         # A person reads a reply the machine cannot classify.
         raise PermanentError(f"the customer's reply to quote {quote.number} says neither accept nor decline: {data!r}")
+    try:
+        quote = answer(quote=quote, actor=who)
+    except QuoteStateError as exc:
+        # Answered otherwise meanwhile (in the office): a person reconciles the two.
+        raise PermanentError(f"the customer's reply ({decision}) cannot be applied: {exc}") from exc
     return {"quote": quote.number, "status": quote.status, "answered_by": who}
 
 
@@ -153,7 +156,7 @@ def send_quote(ctx: JobContext):
         quote = quote_mark_sent(quote=quote, actor=f"{ctx.worker_id} (receipt {receipt.provider_reference})")
     wake = _wake_up(ctx.job)
     if wake and "inbound_event" in wake:
-        return _apply_reply(quote, wake, actor=ctx.worker_id)
+        return _apply_reply(quote, wake)
     if wake and "timer" in wake:
         submitted = proposal_submit(
             tenant=quote.tenant, proposed_by="timer:quote-follow-up", action=SEND_QUOTE_FOLLOW_UP,
@@ -180,7 +183,7 @@ def send_quote_follow_up(ctx: JobContext):
     quote = _quote_of(ctx)
     wake = _wake_up(ctx.job)
     if wake and "inbound_event" in wake:
-        return _apply_reply(quote, wake, actor=ctx.worker_id)
+        return _apply_reply(quote, wake)
     if quote.status != QS.SENT:
         return {"quote": quote.number, "status": quote.status, "follow_up_sent": False}
     _send_once(ctx, step="follow-up", render=lambda: quote_follow_up_email(quote))
