@@ -32,12 +32,8 @@ mutants: install  ## curated one-line mutants of the rules that matter; fails if
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-demo: migrate  ## the end-to-end story (simulator, emails, worker) on the embedded SQLite database, then the admin
+demo: migrate  ## the company story (seed, simulator, SIGKILL after acceptance, replies, timers), then the admin with a worker behind it; DEMO_SERVE=0 skips serving
 	$(PY) manage.py demo
-	@if [ "$${DEMO_SERVE:-1}" = "1" ]; then \
-		echo "Admin: http://127.0.0.1:8000/admin/  (Ctrl-C to stop)"; \
-		$(PY) manage.py runserver 127.0.0.1:8000; \
-	fi
 
 worker: install
 	$(PY) manage.py run_worker

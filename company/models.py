@@ -5,6 +5,8 @@ outbox events carry it, and the tenant scope (`DURABLE_TENANT_SCOPE`) maps a
 user's memberships onto it.
 """
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 
@@ -38,3 +40,124 @@ class Membership(models.Model):
 
     def __str__(self):
         return f"{self.user} — {self.role} at {self.tenant.slug}"
+
+
+class TenantPolicy(models.Model):
+    """What a tenant lets run without a person (DESIGN §1: the agent proposes,
+    the engine decides) and the business delays its timers use."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
+    runs_without_review = models.JSONField(
+        default=list, blank=True,
+        help_text="Action names an agent's proposal may run without a reviewer, e.g. [\"company.send_quote\"].",
+    )
+    quote_follow_up_after = models.DurationField(
+        default=timedelta(days=7), help_text="How long after a quote was sent a missing reply prompts a follow-up."
+    )
+    invoice_reminder_after = models.DurationField(
+        default=timedelta(days=1), help_text="How long after 09:00 UTC on the due date an open invoice is reminded."
+    )
+
+    class Meta:
+        verbose_name_plural = "tenant policies"
+
+    def __str__(self):
+        return f"policy of {self.tenant.slug}"
+
+
+class Customer(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="customers")
+    email = models.EmailField()
+    name = models.CharField(max_length=200)
+    # Set when the customer asked not to be chased: no reminder goes out.
+    suppressed = models.BooleanField(default=False)
+    suppressed_reason = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["tenant", "email"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "email"], name="customer_unique_tenant_email")]
+
+    def __str__(self):
+        return f"{self.name} <{self.email}>"
+
+
+class Quote(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "DRAFT", "Draft"
+        PENDING_APPROVAL = "PENDING_APPROVAL", "Pending approval"
+        APPROVED = "APPROVED", "Approved"
+        SENT = "SENT", "Sent"
+        ACCEPTED = "ACCEPTED", "Accepted"
+        DECLINED = "DECLINED", "Declined"
+        EXPIRED = "EXPIRED", "Expired"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotes")
+    number = models.CharField(max_length=40)
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="quotes")
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
+    # Bumped by every change; a timer set for one version re-reads a newer one.
+    version = models.PositiveIntegerField(default=1)
+    approved_by = models.CharField(max_length=200, blank=True, default="")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "number"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "number"], name="quote_unique_tenant_number")]
+        indexes = [models.Index(fields=["tenant", "status"], name="quote_tenant_status")]
+
+    def __str__(self):
+        return f"{self.number} [{self.status}]"
+
+
+class Invoice(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invoices")
+    number = models.CharField(max_length=40)
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="invoices")
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    balance = models.DecimalField(max_digits=12, decimal_places=2, help_text="What is still owed; 0 means paid.")
+    due_date = models.DateField()
+    terms = models.CharField(max_length=100, default="Net 30", help_text="Payment terms, quoted in reminders.")
+    # Bumped by every change that matters to a reminder (balance, due date,
+    # terms): a reminder timer set for an older version re-plans itself.
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "number"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "number"], name="invoice_unique_tenant_number")]
+
+    def __str__(self):
+        return f"{self.number} (balance {self.balance})"
+
+    @property
+    def is_paid(self) -> bool:
+        return self.balance <= 0
+
+
+class Proposal(models.Model):
+    """Who proposed which work and why (DESIGN §1). The job it created
+    carries the same facts in its creation event (contract C1)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="proposals")
+    proposed_by = models.CharField(max_length=200, help_text="e.g. agent:rules")
+    action = models.CharField(max_length=200)
+    job_key = models.CharField(max_length=255, help_text="The business key: proposing it again proposes nothing.")
+    subject_type = models.CharField(max_length=100, blank=True, default="")
+    subject_id = models.CharField(max_length=100, blank=True, default="")
+    subject_version = models.PositiveIntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    rationale = models.TextField()
+    needs_review = models.BooleanField(help_text="False when the tenant's policy let it run at once.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "job_key"], name="proposal_unique_tenant_key")]
+
+    def __str__(self):
+        return f"{self.proposed_by}: {self.action} {self.job_key}"

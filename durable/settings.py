@@ -212,6 +212,11 @@ OUTBOX_MAX_ATTEMPTS = env.int("OUTBOX_MAX_ATTEMPTS", default=10)
 # The provider `connectors.send_email` uses when a payload names none.
 OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", default="sim-idempotent")
 
+# The inbound provider whose signed events carry customers' replies to quotes;
+# only its events may end a quote's wait (it needs a secret in
+# INBOUND_WEBHOOK_SECRETS and the tenant in INBOUND_PROVIDER_TENANTS).
+COMPANY_REPLY_PROVIDER = env("COMPANY_REPLY_PROVIDER", default="mailer")
+
 # django-q2 is the calendar, never the executor (DESIGN §13).
 Q_CLUSTER = {"name": "durable-calendar", "orm": "default", "workers": 1, "timeout": 300, "retry": 600}
 

@@ -89,8 +89,9 @@ class Wait:
     state: State
     reason: str
     wake_at: datetime | float | None = None
-    # The inbound provider whose event may end an external wait; "" = any
-    # provider bound to the job's tenant (INBOUND_PROVIDER_TENANTS).
+    # Which inbound provider may end this external wait (DESIGN §7): an
+    # event from another provider never resumes it; "" = no provider's
+    # event does (only a timer or an operator).
     provider: str = ""
 
     @classmethod

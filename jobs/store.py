@@ -126,6 +126,9 @@ class Store:
         subject_id: str = "",
         subject_version: int | None = None,
         actor: str = "",
+        reason: str = "",
+        detail: dict | None = None,
+        review: str | None = None,
         now=None,
     ) -> Job:
         """Create the obligation `(tenant, key)` once and return it.
@@ -135,6 +138,11 @@ class Store:
         Safe under concurrency: the unique constraint decides the race and the
         loser returns the winner's job. Joins the caller's transaction when
         there is one (a business change and its job commit together).
+
+        `actor`, `reason` and `detail` go into the creation event (who asked
+        for this work and why: a proposal's rationale). With `review` the job
+        is created in WAITING_REVIEW with `review` as its wait reason, so it
+        cannot run before a reviewer resumes it.
 
         Raises `ValueError` naming the field for input the engine refuses
         (`validation.job_validate`: non-strict JSON or an oversized payload,
@@ -149,11 +157,14 @@ class Store:
         if existing is not None:
             return existing
         clock = Clock.of(now)
+        state = State.WAITING_REVIEW if review is not None else State.READY
         try:
             with transaction.atomic():
                 job = Job.objects.create(
                     tenant=tenant,
                     key=key,
+                    state=state,
+                    wait_reason=(review or "")[:500],
                     action=action,
                     payload=checked.payload,
                     priority=priority,
@@ -163,8 +174,10 @@ class Store:
                     subject_id=str(subject_id or ""),
                     subject_version=subject_version,
                 )
-                self._log(job.id, "enqueue", "", State.READY, clock, actor=actor, detail={"action": action})
-                notify.job_ready()
+                self._log(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
+                          detail={**(detail or {}), "action": action})
+                if state == State.READY:
+                    notify.job_ready()
         except IntegrityError:
             # Another process created the same key between our read and insert.
             return Job.objects.get(tenant=tenant, key=key)

@@ -109,8 +109,9 @@ def register_subject(subject_type: str, *, loader: Loader, planner: Planner | No
 
 def timer_condition(name: str):
     """Register the decorated `predicate(subject: SubjectState, **args) ->
-    bool` as a cancellation condition: when it holds at firing time, the
-    timer is cancelled instead of fired."""
+    bool | str` as a cancellation condition: when it holds at firing time, the
+    timer is cancelled instead of fired (a non-empty string is both "holds"
+    and the reason recorded on the timer)."""
 
     def register(predicate: Predicate) -> Predicate:
         _conditions[name] = predicate
@@ -256,9 +257,11 @@ def _decide(timer: Timer, *, at: datetime, worker_id: str) -> bool:
             predicate = _conditions.get(timer.cancellation_condition)
             if predicate is None:
                 raise TimerError(f"no cancellation condition {timer.cancellation_condition!r} is registered")
-            if predicate(subject, **timer.cancellation_args):
-                return _close(timer, Status.CANCELLED, at,
-                              f"cancellation condition {timer.cancellation_condition} holds", subject=subject)
+            holds = predicate(subject, **timer.cancellation_args)
+            if holds:
+                # A predicate may say *why* it holds ("the customer is suppressed").
+                why = holds if isinstance(holds, str) else f"cancellation condition {timer.cancellation_condition} holds"
+                return _close(timer, Status.CANCELLED, at, why, subject=subject)
         if subject is not None and timer.subject_version is not None and subject.version != timer.subject_version:
             planner = _subjects[timer.subject_type].planner
             if planner is not None:

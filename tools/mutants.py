@@ -130,8 +130,8 @@ MUTANTS: list[Mutant] = [
     # lives in connectors/email_http.py; the hardening stream may reword it).
     Mutant("lookup-reference-check", "a lookup adopts only a message carrying this operation's reference", (
         Edit("connectors/email_http.py",
-             'matches = [m for m in matches if m.get("client_reference") == client_reference]',
-             "matches = list(matches)"),),
+             'ours = [m for m in matches if m.get("client_reference") == client_reference]',
+             "ours = list(matches)"),),
         (f"{RECONCILIATION}::test_a_lookup_that_ignores_the_reference_does_not_adopt_another_message",)),
     Mutant("digest-check", "the same step asked to send a different request sends nothing", (
         Edit("operations/protocol.py", "    if operation.request_digest != digest:", "    if False:"),),

@@ -1,0 +1,83 @@
+"""`manage.py seed_demo`: a tenant with customers, open invoices and approved
+quotes, made through the business services so everything flows through the
+outbox (DESIGN §10). Idempotent by business keys; creates no users."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from company.models import Invoice, Quote
+from company.services import (
+    QuoteStateError,
+    customer_ensure,
+    invoice_issue,
+    quote_approve,
+    quote_create,
+    tenant_ensure,
+)
+
+CUSTOMERS = [
+    ("ada@example.com", "Ada Lovelace"),
+    ("grace@example.com", "Grace Hopper"),
+    ("edsger@example.com", "Edsger Dijkstra"),
+    ("barbara@example.com", "Barbara Liskov"),
+    ("donald@example.com", "Donald Knuth"),
+    ("frances@example.com", "Frances Allen"),
+]
+ACTOR = "seed_demo"
+
+
+def quote_number(i: int) -> str:
+    return f"Q-{i:04d}"
+
+
+def invoice_number(i: int) -> str:
+    return f"INV-{i:04d}"
+
+
+def seed(*, tenant_slug: str, quotes: int, invoices: int) -> dict:
+    """Create what is missing; returns how many quotes were approved and
+    invoices issued by this call (0 and 0 on a repeated call)."""
+    tenant = tenant_ensure(slug=tenant_slug, name=tenant_slug.title())
+    customers = [customer_ensure(tenant=tenant, email=email, name=name) for email, name in CUSTOMERS]
+    today = timezone.now().date()
+    issued = approved = 0
+    for i in range(1, invoices + 1):
+        if not Invoice.objects.filter(tenant=tenant, number=invoice_number(i)).exists():
+            # Overdue by 4, 7, 10 … days: the agent sees each as overdue.
+            invoice_issue(tenant=tenant, number=invoice_number(i), customer=customers[(i - 1) % len(customers)],
+                          amount=Decimal(250 * i), due_date=today - timedelta(days=3 * i + 1), terms="Net 30",
+                          actor=ACTOR)
+            issued += 1
+    for i in range(1, quotes + 1):
+        quote = Quote.objects.filter(tenant=tenant, number=quote_number(i)).first()
+        if quote is None:
+            quote = quote_create(tenant=tenant, number=quote_number(i), customer=customers[(i - 1) % len(customers)],
+                                 amount=Decimal(1000 + 100 * i))
+        if quote.status in (Quote.Status.DRAFT, Quote.Status.PENDING_APPROVAL):
+            quote_approve(quote=quote, actor=ACTOR)
+            approved += 1
+    return {"tenant": tenant, "quotes_approved": approved, "invoices_issued": issued}
+
+
+class Command(BaseCommand):
+    help = ("Create a demo tenant with customers, overdue invoices (their reminders are planned through the "
+            "outbox) and N quotes approved through quote_approve (each one's email is enqueued through the "
+            "outbox). Idempotent by quote and invoice number; creates no users.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", default="demo", help="Tenant slug (default: demo).")
+        parser.add_argument("--quotes", type=int, default=3, help="Quotes to approve (default: 3).")
+        parser.add_argument("--invoices", type=int, default=4, help="Open invoices to issue (default: 4).")
+
+    def handle(self, *args, **opts):
+        if opts["quotes"] < 0 or opts["invoices"] < 0:
+            raise CommandError("--quotes and --invoices must be 0 or more")
+        try:
+            result = seed(tenant_slug=opts["tenant"], quotes=opts["quotes"], invoices=opts["invoices"])
+        except QuoteStateError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"tenant {result['tenant'].slug}: approved {result['quotes_approved']} quote(s), "
+                          f"issued {result['invoices_issued']} invoice(s)")

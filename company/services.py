@@ -1,0 +1,291 @@
+"""Every change to the business goes through one of these services.
+
+Each is one transaction: the record changes and its outbox event
+(`jobs.outbox.outbox_emit`) commit together, so what reacts to a change (a
+quote email, a reminder plan) can neither miss it nor see one that rolled
+back. Quote and invoice rows are locked (`select_for_update`) for the change,
+which also serialises the emitters of one aggregate's events.
+"""
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.models import Job
+from jobs.outbox import outbox_emit
+from jobs.store import Store
+
+from .names import INVOICE, QUOTE
+from .models import Customer, Invoice, Proposal, Quote, Tenant, TenantPolicy
+
+
+QS = Quote.Status
+
+
+class QuoteStateError(ValueError):
+    """The quote is not in a status that allows this change."""
+
+
+class InvoiceError(ValueError):
+    """The invoice change is not possible (a negative payment, an unknown invoice)."""
+
+
+# ---------------------------------------------------------------- tenants and customers
+
+
+@transaction.atomic
+def tenant_ensure(*, slug: str, name: str = "") -> Tenant:
+    """The tenant `slug`, created with its default policy when missing."""
+    tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
+    TenantPolicy.objects.get_or_create(tenant=tenant)
+    return tenant
+
+
+def tenant_policy(tenant: Tenant) -> TenantPolicy:
+    policy = TenantPolicy.objects.filter(tenant=tenant).first()
+    return policy or TenantPolicy(tenant=tenant)
+
+
+@transaction.atomic
+def tenant_policy_set(*, tenant: Tenant, runs_without_review: list[str] | None = None,
+                      quote_follow_up_after=None, invoice_reminder_after=None) -> TenantPolicy:
+    """Change what runs without review and the business delays of a tenant."""
+    policy, _ = TenantPolicy.objects.select_for_update().get_or_create(tenant=tenant)
+    if runs_without_review is not None:
+        policy.runs_without_review = sorted(set(runs_without_review))
+    if quote_follow_up_after is not None:
+        policy.quote_follow_up_after = quote_follow_up_after
+    if invoice_reminder_after is not None:
+        policy.invoice_reminder_after = invoice_reminder_after
+    policy.save()
+    return policy
+
+
+@transaction.atomic
+def customer_ensure(*, tenant: Tenant, email: str, name: str) -> Customer:
+    """The tenant's customer with this email, created when missing (never changed)."""
+    customer, _ = Customer.objects.get_or_create(tenant=tenant, email=email, defaults={"name": name})
+    return customer
+
+
+@transaction.atomic
+def customer_suppress(*, customer: Customer, reason: str, actor: str) -> Customer:
+    """The customer asked not to be chased: no reminder goes out to them from
+    now on (reminder timers re-read this when they fire)."""
+    customer = Customer.objects.select_for_update().get(pk=customer.pk)
+    customer.suppressed = True
+    customer.suppressed_reason = reason[:300]
+    customer.save(update_fields=["suppressed", "suppressed_reason"])
+    outbox_emit(tenant=customer.tenant.slug, aggregate_type="company.customer", aggregate_id=customer.pk,
+                event_type="customer.suppressed", payload={"reason": reason, "actor": actor})
+    return customer
+
+
+# ---------------------------------------------------------------- quotes
+
+
+def _locked_quote(quote: Quote) -> Quote:
+    return Quote.objects.select_for_update().select_related("tenant", "customer").get(pk=quote.pk)
+
+
+def _quote_change(quote: Quote, *, to: str, allowed: set, event_type: str, actor: str, **fields) -> Quote:
+    """Move a locked quote to `to` (bumping its version) and emit its event."""
+    if quote.status not in allowed:
+        raise QuoteStateError(
+            f"quote {quote.number} is {quote.status}; {event_type} needs one of {', '.join(sorted(allowed))}"
+        )
+    quote.status = to
+    quote.version += 1
+    for name, value in fields.items():
+        setattr(quote, name, value)
+    quote.save()
+    outbox_emit(tenant=quote.tenant.slug, aggregate_type=QUOTE, aggregate_id=quote.pk, event_type=event_type,
+                payload={"number": quote.number, "status": quote.status, "version": quote.version, "actor": actor})
+    return quote
+
+
+@transaction.atomic
+def quote_create(*, tenant: Tenant, number: str, customer: Customer, amount: Decimal) -> Quote:
+    """A DRAFT quote. Raises `QuoteStateError` when the number is taken."""
+    if Quote.objects.filter(tenant=tenant, number=number).exists():
+        raise QuoteStateError(f"quote {number} already exists for {tenant.slug}")
+    quote = Quote.objects.create(tenant=tenant, number=number, customer=customer, amount=amount)
+    outbox_emit(tenant=tenant.slug, aggregate_type=QUOTE, aggregate_id=quote.pk, event_type="quote.created",
+                payload={"number": number, "status": quote.status, "version": quote.version})
+    return quote
+
+
+@transaction.atomic
+def quote_submit(*, quote: Quote, actor: str) -> Quote:
+    """DRAFT → PENDING_APPROVAL."""
+    return _quote_change(_locked_quote(quote), to=QS.PENDING_APPROVAL, allowed={QS.DRAFT},
+                         event_type="quote.submitted", actor=actor)
+
+
+@transaction.atomic
+def quote_approve(*, quote: Quote, actor: str) -> Quote:
+    """DRAFT or PENDING_APPROVAL → APPROVED, with the `quote.approved` event
+    whose consumer enqueues `send-quote-<number>` (the email goes out once,
+    however often the event is delivered). Raises `QuoteStateError`."""
+    return _quote_change(_locked_quote(quote), to=QS.APPROVED, allowed={QS.DRAFT, QS.PENDING_APPROVAL},
+                         event_type="quote.approved", actor=actor, approved_by=actor)
+
+
+@transaction.atomic
+def quote_mark_sent(*, quote: Quote, actor: str) -> Quote:
+    """APPROVED → SENT once the provider accepted the email; idempotent for a
+    quote already SENT (a retried job marks it again harmlessly)."""
+    quote = _locked_quote(quote)
+    if quote.status == QS.SENT:
+        return quote
+    return _quote_change(quote, to=QS.SENT, allowed={QS.APPROVED}, event_type="quote.sent", actor=actor,
+                         sent_at=timezone.now())
+
+
+def _quote_answer(quote: Quote, *, to: str, event_type: str, actor: str) -> Quote:
+    quote = _locked_quote(quote)
+    if quote.status == to:
+        return quote  # the same answer delivered twice
+    return _quote_change(quote, to=to, allowed={QS.SENT}, event_type=event_type, actor=actor,
+                         answered_at=timezone.now())
+
+
+@transaction.atomic
+def quote_accept(*, quote: Quote, actor: str) -> Quote:
+    """SENT → ACCEPTED (the customer said yes). Idempotent; raises
+    `QuoteStateError` for a quote that was not sent or was answered otherwise."""
+    return _quote_answer(quote, to=QS.ACCEPTED, event_type="quote.accepted", actor=actor)
+
+
+@transaction.atomic
+def quote_decline(*, quote: Quote, actor: str) -> Quote:
+    """SENT → DECLINED. Idempotent; raises `QuoteStateError` otherwise."""
+    return _quote_answer(quote, to=QS.DECLINED, event_type="quote.declined", actor=actor)
+
+
+@transaction.atomic
+def quote_expire(*, quote: Quote, actor: str) -> Quote:
+    """SENT → EXPIRED (no answer will be taken any more)."""
+    return _quote_answer(quote, to=QS.EXPIRED, event_type="quote.expired", actor=actor)
+
+
+# ---------------------------------------------------------------- invoices
+
+
+def _invoice_event(invoice: Invoice, event_type: str, actor: str, **extra) -> None:
+    outbox_emit(tenant=invoice.tenant.slug, aggregate_type=INVOICE, aggregate_id=invoice.pk, event_type=event_type,
+                payload={"number": invoice.number, "version": invoice.version, "balance": str(invoice.balance),
+                         "due_date": invoice.due_date.isoformat(), "terms": invoice.terms, "actor": actor, **extra})
+
+
+def _locked_invoice(invoice: Invoice) -> Invoice:
+    return Invoice.objects.select_for_update().select_related("tenant", "customer").get(pk=invoice.pk)
+
+
+@transaction.atomic
+def invoice_issue(*, tenant: Tenant, number: str, customer: Customer, amount: Decimal, due_date, terms: str,
+                  actor: str) -> Invoice:
+    """A new open invoice; its `invoice.issued` event plans the reminder.
+    Raises `InvoiceError` when the number is taken or the amount is not positive."""
+    if amount <= 0:
+        raise InvoiceError(f"invoice {number}: the amount must be positive, not {amount}")
+    if Invoice.objects.filter(tenant=tenant, number=number).exists():
+        raise InvoiceError(f"invoice {number} already exists for {tenant.slug}")
+    invoice = Invoice.objects.create(tenant=tenant, number=number, customer=customer, amount=amount, balance=amount,
+                                     due_date=due_date, terms=terms)
+    _invoice_event(invoice, "invoice.issued", actor)
+    return invoice
+
+
+@transaction.atomic
+def invoice_record_payment(*, invoice: Invoice, amount: Decimal, actor: str) -> Invoice:
+    """Lower the balance (a balance of 0 is paid: no reminder goes out any
+    more). Raises `InvoiceError` for a non-positive amount."""
+    if amount <= 0:
+        raise InvoiceError(f"invoice {invoice.number}: a payment must be positive, not {amount}")
+    invoice = _locked_invoice(invoice)
+    invoice.balance = max(Decimal("0"), invoice.balance - amount)
+    invoice.version += 1
+    invoice.save(update_fields=["balance", "version", "updated_at"])
+    _invoice_event(invoice, "invoice.payment_recorded", actor, paid=str(amount))
+    return invoice
+
+
+@transaction.atomic
+def invoice_change_terms(*, invoice: Invoice, actor: str, due_date=None, terms: str | None = None) -> Invoice:
+    """A new due date and/or terms: the reminder is re-planned from the record
+    when its timer comes due (the timer sees a newer version)."""
+    invoice = _locked_invoice(invoice)
+    changed = False
+    if due_date is not None and due_date != invoice.due_date:
+        invoice.due_date, changed = due_date, True
+    if terms is not None and terms != invoice.terms:
+        invoice.terms, changed = terms, True
+    if not changed:
+        return invoice
+    invoice.version += 1
+    invoice.save(update_fields=["due_date", "terms", "version", "updated_at"])
+    _invoice_event(invoice, "invoice.terms_changed", actor)
+    return invoice
+
+
+# ---------------------------------------------------------------- proposals
+
+
+@dataclass(frozen=True)
+class Submitted:
+    proposal: Proposal | None  # None: the business key was taken, nothing new was proposed
+    job: object  # jobs.models.Job
+
+    @property
+    def created(self) -> bool:
+        return self.proposal is not None
+
+
+@transaction.atomic
+def proposal_submit(
+    *,
+    tenant: Tenant,
+    proposed_by: str,
+    action: str,
+    job_key: str,
+    rationale: str,
+    payload: dict | None = None,
+    subject_type: str = "",
+    subject_id: str | int = "",
+    subject_version: int | None = None,
+) -> Submitted:
+    """Record who proposes what and why, and create its job.
+
+    The engine decides, not the proposer: the job is READY when the tenant's
+    policy lets `action` run without review, otherwise WAITING_REVIEW with the
+    rationale as its wait reason. The creation event carries the proposal
+    (contract C1) so the review page can say "proposed by X — rationale".
+
+    Idempotent by business key: when a job `job_key` already exists (proposed
+    before, or created by the system itself), nothing is recorded and the
+    existing job is returned with `proposal=None`. Raises `ValueError` for a
+    proposal without a rationale.
+    """
+    if not rationale.strip():
+        raise ValueError("a proposal needs a rationale: the reviewer decides on it")
+    existing = Job.objects.filter(tenant=tenant.slug, key=job_key).first()
+    if existing is not None:
+        return Submitted(None, existing)
+    needs_review = action not in tenant_policy(tenant).runs_without_review
+    proposal = Proposal.objects.create(
+        tenant=tenant, proposed_by=proposed_by, action=action, job_key=job_key, rationale=rationale,
+        payload=payload or {}, subject_type=subject_type, subject_id=str(subject_id or ""),
+        subject_version=subject_version, needs_review=needs_review,
+    )
+    job = Store().enqueue(
+        tenant.slug, job_key, action=action, payload=payload or {}, subject_type=subject_type,
+        subject_id=str(subject_id or ""), subject_version=subject_version, actor=proposed_by, reason=rationale,
+        detail={"proposal": {"id": proposal.pk, "proposed_by": proposed_by, "rationale": rationale,
+                             "subject_type": subject_type, "subject_id": str(subject_id or ""),
+                             "subject_version": subject_version}},
+        review=f"proposed by {proposed_by}: {rationale}" if needs_review else None,
+    )
+    return Submitted(proposal, job)
