@@ -4,6 +4,7 @@ with its history row)."""
 
 from django.contrib import admin, messages
 
+from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-only and allow-listed
 from .errors import JobError
 from .models import InboundEvent, Job, JobEvent, OutboxEvent, Timer
 from .store import Store
