@@ -38,6 +38,9 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When retention replaced the payload (and the operations' request bodies)
+    # of this finished job by a marker; NULL while the bodies are kept.
+    redacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -55,6 +58,12 @@ class Job(models.Model):
                 condition=models.Q(state__in=["WAITING_EXTERNAL", "WAITING_REVIEW"], wake_at__isnull=False),
             ),
             models.Index(fields=["state", "tenant"], name="job_state_tenant"),
+            # Retention (jobs.retention): finished jobs oldest first, and those
+            # whose bodies are still to be redacted; live rows are not in them.
+            models.Index(fields=["finished_at", "id"], name="job_finished",
+                         condition=models.Q(state__in=["DONE", "CANCELLED"])),
+            models.Index(fields=["finished_at", "id"], name="job_finished_unredacted",
+                         condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
         ]
 
     def __str__(self):
