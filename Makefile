@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
 
-.PHONY: install lint test test-postgres demo migrate worker simulator bench chaos clean
+.PHONY: install lint test test-postgres demo migrate worker calendar simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ demo: migrate  ## the end-to-end story (simulator, emails, worker) on the embedd
 
 worker: install
 	$(PY) manage.py run_worker
+
+calendar: migrate  ## django-q2 as the calendar: install the default schedules, then run them (qcluster)
+	$(PY) manage.py install_schedules
+	$(PY) manage.py qcluster
 
 bench: install  ## speed figures on DATABASE_URL (see README)
 	$(PY) manage.py bench $(BENCH_ARGS)
