@@ -149,7 +149,7 @@ DURABLE_SCHEDULES = {
     "invoice-reminder-plan": ("company.schedules.plan_invoice_reminders", "D", "00:05",
                               "enqueue one reminder-planning job per tenant for the day"),
     "retention-sweep": ("jobs.schedules.retention_sweep", "D", "01:30",
-                        "redact, then delete finished work past its retention"),
+                        "delete, then redact, finished work past its retention"),
     "consistency-audit": ("jobs.schedules.consistency_audit", "H", "00:15",
                           "file NEEDS_ATTENTION items for what no machine will fix"),
 }

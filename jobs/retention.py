@@ -5,13 +5,13 @@
 never holds a long transaction, and it never locks READY rows, so the queue
 keeps flowing while it runs):
 
-1. **Redaction** — DONE and CANCELLED jobs finished more than
+1. **Deletion** — DONE and CANCELLED jobs finished more than
+   `JOBS_RETENTION_DAYS` ago are deleted with their history, timers, applied
+   inbound events, operations and receipts.
+2. **Redaction** — DONE and CANCELLED jobs finished more than
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
    operations app, their operations' request bodies) replaced by a marker;
    `Job.redacted_at` records when. Keys, states, digests and history stay.
-2. **Deletion** — DONE and CANCELLED jobs finished more than
-   `JOBS_RETENTION_DAYS` ago are deleted with their history, timers, applied
-   inbound events, operations and receipts.
 
 Never touched: any job that is not DONE or CANCELLED, and any finished job
 something live still refers to — a PENDING timer, an UNMATCHED inbound event
@@ -90,7 +90,7 @@ def retention_sweep(
     batch_size: int | None = None,
     max_batches: int = 200,
 ) -> RetentionReport:
-    """Redact, then delete, finished work past its retention (see the module
+    """Delete, then redact, finished work past its retention (see the module
     docstring for what is never touched). At most `max_batches` batches of
     `batch_size` jobs per phase; the next sweep continues where work is left.
     Returns what it redacted, deleted and kept."""
@@ -99,14 +99,15 @@ def retention_sweep(
     redact_after = settings.JOBS_REDACT_AFTER_DAYS if redact_after_days is None else redact_after_days
     size = batch_size or settings.JOBS_RETENTION_BATCH
     report = RetentionReport()
+    # Deletion first: what it removes need not be redacted on the way out.
+    expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=at - timedelta(days=retention))
+    for ids in _batches(expired, size, max_batches):
+        _delete(ids, report)
     if redact_after is not None and redact_after < retention:
         unredacted = Job.objects.filter(state__in=FINISHED, redacted_at__isnull=True,
                                         finished_at__lt=at - timedelta(days=redact_after))
         for ids in _batches(unredacted, size, max_batches):
             _redact(ids, at, report)
-    expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=at - timedelta(days=retention))
-    for ids in _batches(expired, size, max_batches):
-        _delete(ids, report)
     return report
 
 
