@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
 
-.PHONY: install lint test test-postgres test-deep mutants demo migrate worker simulator bench chaos clean
+.PHONY: install lint test test-postgres test-deep mutants demo migrate worker calendar simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ demo: migrate  ## the company story (seed, simulator, SIGKILL after acceptance, 
 
 worker: install
 	$(PY) manage.py run_worker
+
+calendar: migrate  ## django-q2 as the calendar: install the default schedules, then run them (qcluster)
+	$(PY) manage.py install_schedules
+	$(PY) manage.py qcluster
 
 bench: install  ## speed figures on DATABASE_URL (see README)
 	$(PY) manage.py bench $(BENCH_ARGS)

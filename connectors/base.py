@@ -56,11 +56,16 @@ class Capabilities:
     ``retry_ceiling``: the longest a retry of a failed call should wait
     (seconds) — the provider's own ceiling on backoff; None leaves it to the
     action's retry policy.
+    ``idempotency_retention``: how long (seconds) the provider remembers an
+    idempotency key or a client reference. An operation UNKNOWN for longer
+    can no longer be reconciled by a resend or a lookup with certainty; the
+    consistency audit files it for a human. None: the audit's default (24 h).
     """
 
     idempotency_key: bool
     lookup: bool
     retry_ceiling: float | None = None
+    idempotency_retention: float | None = None
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,14 @@ from connectors.email_http import DEFAULT_MAX_RESPONSE_BYTES, HttpEmailConnector
 
 # Declared capabilities of the built-in providers, one per simulator mode.
 PROVIDER_CAPABILITIES: dict[str, Capabilities] = {
-    "sim-idempotent": Capabilities(idempotency_key=True, lookup=True, retry_ceiling=30.0),
-    "sim-lookup": Capabilities(idempotency_key=False, lookup=True, retry_ceiling=30.0),
-    "sim-bare": Capabilities(idempotency_key=False, lookup=False, retry_ceiling=30.0),
+    # The simulator keeps its keys and references for its whole life; 24 h is
+    # what real email providers commonly promise for idempotency keys.
+    "sim-idempotent": Capabilities(idempotency_key=True, lookup=True, retry_ceiling=30.0,
+                                   idempotency_retention=24 * 3600.0),
+    "sim-lookup": Capabilities(idempotency_key=False, lookup=True, retry_ceiling=30.0,
+                               idempotency_retention=24 * 3600.0),
+    "sim-bare": Capabilities(idempotency_key=False, lookup=False, retry_ceiling=30.0,
+                             idempotency_retention=24 * 3600.0),
 }
 
 # The provider name to use against a simulator started with ``--mode``.

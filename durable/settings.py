@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_q",
     "axes",
+    "django_tasks",
     "jobs",
     "operations",
     "connectors",
@@ -217,8 +218,55 @@ OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", def
 # INBOUND_WEBHOOK_SECRETS and the tenant in INBOUND_PROVIDER_TENANTS).
 COMPANY_REPLY_PROVIDER = env("COMPANY_REPLY_PROVIDER", default="mailer")
 
-# django-q2 is the calendar, never the executor (DESIGN §13).
-Q_CLUSTER = {"name": "durable-calendar", "orm": "default", "workers": 1, "timeout": 300, "retry": 600}
+# ---------------------------------------------------------------- ecosystem (DESIGN §13)
+# django-q2 is the calendar, never the executor: a schedule only creates
+# durable obligations (or runs a bounded sweep) under business keys, so a
+# repeated or late trigger is harmless; leases, fencing and retries belong to
+# run_worker. Hence: the ORM broker on our own database (no extra service),
+# catch_up=False (after downtime a schedule fires once, not once per missed
+# slot), max_attempts=1 and ack_failures=True (django-q2 never re-runs a
+# failed trigger; our engine owns retries), and timeout well under retry (a
+# trigger still running is never handed to a second cluster worker).
+Q_CLUSTER = {
+    "name": "durable-calendar",
+    "orm": "default",
+    "workers": 1,
+    "timeout": env.int("Q_CLUSTER_TIMEOUT", default=300),
+    "retry": env.int("Q_CLUSTER_RETRY", default=900),
+    "max_attempts": 1,
+    "ack_failures": True,
+    "catch_up": False,
+    "save_limit": 250,
+}
+# The only functions a Schedule may run (validated on save and again when the
+# schedule fires), and the schedules `manage.py install_schedules` creates.
+DURABLE_SCHEDULES = {
+    # name: (function, django-q2 schedule type D=daily / H=hourly, first run at HH:MM UTC, what it does)
+    "invoice-reminder-plan": ("company.schedules.plan_invoice_reminders", "D", "00:05",
+                              "enqueue one reminder-planning job per tenant for the day"),
+    "retention-sweep": ("jobs.schedules.retention_sweep", "D", "01:30",
+                        "delete, then redact, finished work past its retention"),
+    "consistency-audit": ("jobs.schedules.consistency_audit", "H", "00:15",
+                          "file NEEDS_ATTENTION items for what no machine will fix"),
+}
+# Retention (jobs.retention): DONE/CANCELLED jobs finished longer ago than
+# this are deleted with their history, operations and receipts; their payload
+# and request bodies are redacted after the second, shorter period.
+JOBS_RETENTION_DAYS = env.int("JOBS_RETENTION_DAYS", default=30)
+JOBS_REDACT_AFTER_DAYS = env.int("JOBS_REDACT_AFTER_DAYS", default=7)
+JOBS_RETENTION_BATCH = env.int("JOBS_RETENTION_BATCH", default=500)
+# Consistency audit (jobs.audit): how old a condition must be to be filed.
+AUDIT_STALE_LEASE_SECONDS = env.int("AUDIT_STALE_LEASE_SECONDS", default=900)
+AUDIT_TIMER_OVERDUE_SECONDS = env.int("AUDIT_TIMER_OVERDUE_SECONDS", default=3600)
+# Django tasks API (`@task` functions run as durable jobs).
+TASKS = {"default": {"BACKEND": "jobs.tasks_backend.DurableBackend",
+                     "QUEUES": env.list("TASKS_QUEUES", default=["default"])}}
+# GET /metrics: a staff session or `Authorization: Bearer $METRICS_TOKEN`.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# GET /readyz answers 503 past these (seconds).
+READYZ_MAX_OUTBOX_LAG_SECONDS = env.float("READYZ_MAX_OUTBOX_LAG_SECONDS", default=300.0)
+READYZ_MAX_READY_AGE_SECONDS = env.float("READYZ_MAX_READY_AGE_SECONDS", default=600.0)
+READYZ_MAX_TIMER_OVERDUE_SECONDS = env.float("READYZ_MAX_TIMER_OVERDUE_SECONDS", default=600.0)
 
 LOGGING = {
     "version": 1,

@@ -10,6 +10,7 @@ from django.utils.html import format_html
 
 from . import access
 from .admin_scope import ActionFilter, ScopedAdmin, TenantFilter
+from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-only and allow-listed
 from .errors import JobError
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged

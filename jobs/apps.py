@@ -10,5 +10,6 @@ class JobsConfig(AppConfig):
         # Each app's `handlers` module registers its actions with @action.
         autodiscover_modules("handlers")
         # Register the relay and the timer sweep as the worker's periodic
-        # tasks, and the inbound built-ins, in every process.
-        from . import inbound, outbox, timers  # noqa: F401
+        # tasks, and the inbound built-ins, in every process; the Django tasks
+        # runner and the audit's action; the django-q2 allow-list guard.
+        from . import audit, inbound, outbox, schedules, tasks_backend, timers  # noqa: F401

@@ -184,3 +184,34 @@ def queue_health(*, now: float | datetime | None = None, tenants: list[str] | No
         job_health=jobs,
         figures={name: count(tenants) for name, count in sorted(_figures.items())},
     )
+
+
+# ---------------------------------------------------------------- for /metrics and /readyz
+
+LIVE_STATES = [State.READY, State.LEASED, State.WAITING_EXTERNAL, State.WAITING_REVIEW, State.NEEDS_ATTENTION]
+
+
+def live_job_counts() -> dict[tuple[str, str], int]:
+    """Jobs per (state, tenant) for the states work is in — never DONE or
+    CANCELLED, whose history grows without bound (served by
+    `job_state_tenant`; the cost follows the backlog, not the history)."""
+    rows = Job.objects.filter(state__in=LIVE_STATES).values_list("state", "tenant").annotate(n=Count("id"))
+    return {(state, tenant): n for state, tenant, n in rows.order_by()}
+
+
+def oldest_ready_age_seconds(*, now: float | datetime | None = None) -> float | None:
+    """How long the longest-waiting eligible READY job has been eligible
+    (since its `next_attempt_at`, or its creation): the queue's lag."""
+    from django.db.models import Q
+    from django.db.models.functions import Coalesce
+
+    at = Clock.of(now).value()
+    eligible = Job.objects.filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at), state=State.READY)
+    oldest = eligible.aggregate(oldest=Min(Coalesce("next_attempt_at", "created_at")))["oldest"]
+    return _age(at, oldest)
+
+
+def leases_expired(*, now: float | datetime | None = None) -> int:
+    """LEASED jobs whose lease has run out, not yet recovered (`job_leased_expiry`)."""
+    at = Clock.of(now).value()
+    return Job.objects.filter(state=State.LEASED, lease_until__lte=at).count()

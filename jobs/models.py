@@ -42,6 +42,9 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When retention replaced the payload (and the operations' request bodies)
+    # of this finished job by a marker; NULL while the bodies are kept.
+    redacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -63,6 +66,12 @@ class Job(models.Model):
             # on PostgreSQL this operator class lets a btree serve it. A key
             # never changes, so the index costs nothing on state changes.
             models.Index(fields=["key"], name="job_key_prefix", opclasses=["varchar_pattern_ops"]),
+            # Retention (jobs.retention): finished jobs oldest first, and those
+            # whose bodies are still to be redacted; live rows are not in them.
+            models.Index(fields=["finished_at", "id"], name="job_finished",
+                         condition=models.Q(state__in=["DONE", "CANCELLED"])),
+            models.Index(fields=["finished_at", "id"], name="job_finished_unredacted",
+                         condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
         ]
         permissions = [
             ("review_job", "Can decide jobs waiting for review (approve, correct, reject)"),

@@ -446,8 +446,12 @@ class Store:
         policy (`retry.classify`): the worker and every caller that runs a
         handler record failures the same way."""
         failure, retry_after, ceiling = classify(exc)
+        # An exception may carry evidence for the history (e.g. the original
+        # exception of a Django task: its class path and traceback).
+        detail = getattr(exc, "detail", None)
         return self.fail(tenant, key, worker_id, epoch, error=describe_exception(exc), failure=failure,
-                         retry_after=retry_after, ceiling=ceiling, now=now)
+                         retry_after=retry_after, ceiling=ceiling, now=now,
+                         detail=detail if isinstance(detail, dict) else None)
 
     def release(self, tenant: str, key: str, worker_id: str, epoch: int, *, reason: str, now=None) -> None:
         """Hand a job back untouched (e.g. shutdown before its handler began):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
-from . import notify
+from . import metrics, notify
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, JobNotFound, UnknownAction
 from .models import Job
@@ -191,6 +191,7 @@ class Worker:
     def _count(self, counter: str) -> None:
         with self._lock:
             self.stats[counter] += 1
+        metrics.WORKER_JOBS.labels(counter).inc()
 
     def _loop(self) -> None:
         """The main thread: housekeeping, and with `until_idle` the decision to stop."""
@@ -317,7 +318,9 @@ class Worker:
     def _execute(self, spec, ctx: JobContext) -> None:
         job, cfg = ctx.job, self.config
         try:
-            outcome = spec.handler(ctx)
+            # Observed whether the handler returns or raises.
+            with metrics.HANDLER_DURATION.labels(spec.name).time():
+                outcome = spec.handler(ctx)
         except Conflict as exc:
             self._lost(job, _describe(exc))
             return

@@ -22,3 +22,7 @@ class OperationsConfig(AppConfig):
         from .selectors import operations_in_doubt_count
 
         register_health_figure("operations_in_doubt", operations_in_doubt_count)
+
+        # Operations take part in the engine's retention sweep, consistency
+        # audit and metrics (the engine never imports this app).
+        from . import audit, metrics, retention  # noqa: F401

@@ -316,9 +316,9 @@ def test_retry_after_accepts_seconds_and_http_dates():
 @pytest.mark.parametrize(
     "provider_name, capabilities",
     [
-        ("sim-idempotent", Capabilities(idempotency_key=True, lookup=True, retry_ceiling=30.0)),
-        ("sim-lookup", Capabilities(idempotency_key=False, lookup=True, retry_ceiling=30.0)),
-        ("sim-bare", Capabilities(idempotency_key=False, lookup=False, retry_ceiling=30.0)),
+        ("sim-idempotent", Capabilities(idempotency_key=True, lookup=True, retry_ceiling=30.0, idempotency_retention=86400.0)),
+        ("sim-lookup", Capabilities(idempotency_key=False, lookup=True, retry_ceiling=30.0, idempotency_retention=86400.0)),
+        ("sim-bare", Capabilities(idempotency_key=False, lookup=False, retry_ceiling=30.0, idempotency_retention=86400.0)),
     ],
 )
 def test_registry_builds_connectors_with_declared_capabilities_from_settings(

@@ -32,6 +32,9 @@ class Command(BaseCommand):
                             help="Longest idle sleep between polls when no notification arrives. Default 2.")
         parser.add_argument("--log-format", choices=["text", "json"], default="text",
                             help="One line per event: text (default) or JSON.")
+        parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                            help="Serve this worker's Prometheus counters (jobs by outcome, handler durations) "
+                                 "on http://0.0.0.0:PORT/metrics. Default: not served.")
 
     def handle(self, *args, **opts):
         if opts["concurrency"] < 1:
@@ -56,6 +59,15 @@ class Command(BaseCommand):
             until_idle=opts["until_idle"],
             poll_interval=opts["poll_interval"],
         )
+        if opts["metrics_port"] is not None:
+            if not 0 < opts["metrics_port"] < 65536:
+                raise CommandError("--metrics-port must be a TCP port (1-65535)")
+            from jobs.metrics import worker_metrics_serve
+
+            try:
+                worker_metrics_serve(opts["metrics_port"])
+            except OSError as exc:
+                raise CommandError(f"cannot serve metrics on port {opts['metrics_port']}: {exc}") from exc
         worker = Worker(config)
         worker.install_signal_handlers()
         code = worker.run()

@@ -1,0 +1,27 @@
+"""Test-only `@task` functions for the Django tasks backend (module level, as
+the tasks API requires). Each leaves evidence a test can count: a line in a
+file it is given."""
+
+from django_tasks import task
+
+
+@task()
+def record(path: str, text: str) -> str:
+    """Append `text` to the file at `path`; return it upper-cased."""
+    with open(path, "a") as file:
+        file.write(text + "\n")
+    return text.upper()
+
+
+@task(queue_name="default")
+def explode(path: str) -> None:
+    with open(path, "a") as file:
+        file.write("exploded\n")
+    raise ValueError("the task failed on purpose")
+
+
+@task(takes_context=True)
+def attempt_number(context, path: str) -> int:
+    with open(path, "a") as file:
+        file.write(f"attempt {context.attempt}\n")
+    return context.attempt

@@ -1,0 +1,88 @@
+"""/metrics, /healthz and /readyz as a scraper and a load balancer see them."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobs.models import Job, OutboxEvent
+from operations.models import Operation, OperationState
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape(client, **headers) -> dict:
+    response = client.get("/metrics", **headers)
+    assert response.status_code == 200, response.content
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_metrics_reflect_a_known_set_of_jobs(client, store, settings):
+    settings.METRICS_TOKEN = "scrape-secret"
+    for n in range(3):
+        store.enqueue("studio", f"ready-{n}")
+    Job.objects.filter(key="ready-0").update(created_at=timezone.now() - timedelta(seconds=120))
+    store.enqueue("atelier", "ready-a")
+    store.enqueue("studio", "leased")
+    store.claim("studio", "leased", "w1", now=time.time() - 600, ttl=30)  # expired long ago
+    store.enqueue("studio", "done")
+    epoch = store.claim("studio", "done", "w1")
+    store.finish("studio", "done", "w1", epoch)
+    waiting = store.enqueue("studio", "waiting")
+    epoch = store.claim("studio", "waiting", "w1")
+    store.wait("studio", "waiting", "w1", epoch, reason="reply")
+    Operation.objects.create(tenant="studio", job=waiting, step="send", provider="sim-idempotent", kind="email.send",
+                             request_digest="d" * 64, request={}, state=OperationState.UNKNOWN)
+    OutboxEvent.objects.create(tenant="studio", aggregate_type="quote", aggregate_id="1", sequence=1,
+                               event_type="quote.sent", state="QUARANTINED", created_at=timezone.now())
+
+    samples = scrape(client, HTTP_AUTHORIZATION="Bearer scrape-secret")
+
+    assert samples[("durable_jobs", (("state", "READY"), ("tenant", "studio")))] == 3
+    assert samples[("durable_jobs", (("state", "READY"), ("tenant", "atelier")))] == 1
+    assert samples[("durable_jobs", (("state", "LEASED"), ("tenant", "studio")))] == 1
+    assert samples[("durable_jobs", (("state", "WAITING_EXTERNAL"), ("tenant", "studio")))] == 1
+    assert not any(name == "durable_jobs" and ("state", "DONE") in labels for name, labels in samples)
+    assert samples[("durable_oldest_ready_age_seconds", ())] >= 100
+    assert samples[("durable_leases_expired", ())] == 1
+    assert samples[("durable_operations", (("state", "UNKNOWN"),))] == 1
+    assert samples[("durable_operations", (("state", "INTENDED"),))] == 0
+    assert samples[("durable_outbox_quarantined", ())] == 1
+    assert samples[("durable_outbox_oldest_unpublished_age_seconds", ())] == 0
+    assert samples[("durable_timers_overdue", ())] == 0
+
+
+def test_metrics_are_refused_without_a_staff_session_or_the_token(client, settings):
+    settings.METRICS_TOKEN = "scrape-secret"
+    assert client.get("/metrics").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    settings.METRICS_TOKEN = ""  # no token configured: no token is accepted
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+    client.force_login(User.objects.create_user("viewer", password="pw"))
+    assert client.get("/metrics").status_code == 403
+    client.force_login(User.objects.create_user("staff", password="pw", is_staff=True))
+    assert "durable_jobs" in client.get("/metrics").content.decode()
+
+
+def test_readyz_turns_503_when_the_outbox_lag_passes_its_threshold(client, settings):
+    settings.READYZ_MAX_OUTBOX_LAG_SECONDS = 60
+    assert client.get("/readyz").json() == {"status": "ready"}
+    OutboxEvent.objects.create(tenant="studio", aggregate_type="quote", aggregate_id="1", sequence=1,
+                               event_type="quote.sent", created_at=timezone.now() - timedelta(seconds=30))
+    assert client.get("/readyz").status_code == 200
+    OutboxEvent.objects.filter(aggregate_id="1").update(created_at=timezone.now() - timedelta(minutes=5))
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "not ready" and "outbox lag" in response.json()["reasons"][0]
+
+
+def test_healthz_answers_200_while_the_database_answers(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}

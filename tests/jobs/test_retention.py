@@ -1,0 +1,116 @@
+"""Retention: finished work past the cutoff goes, in batches; unfinished work
+and everything live refers to stays."""
+
+import time
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from jobs.models import InboundEvent, Job, JobEvent, Timer
+from jobs.retention import retention_sweep
+from operations.models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt
+
+pytestmark = pytest.mark.django_db
+
+DAY = 86400.0
+
+
+def finished(store, key, *, days_ago, state="DONE", payload=None, tenant="studio"):
+    at = time.time() - days_ago * DAY
+    store.enqueue(tenant, key, payload=payload or {"body": f"secret of {key}"}, now=at)
+    if state == "CANCELLED":
+        store.cancel(tenant, key, reason="no longer wanted", actor="op", now=at)
+    else:
+        epoch = store.claim(tenant, key, "w1", now=at)
+        store.finish(tenant, key, "w1", epoch, result={"ok": True}, now=at)
+    return Job.objects.get(tenant=tenant, key=key)
+
+
+def operation(job, state=OperationState.ACCEPTED, *, receipt=True):
+    op = Operation.objects.create(tenant=job.tenant, job=job, step="send", provider="sim-idempotent",
+                                  kind="email.send", request_digest="d" * 64,
+                                  request={"to": "a@example.com", "body": "the email body"}, state=state)
+    OperationEvent.objects.create(operation=op, kind="dispatch", to_state=state)
+    if receipt:
+        Receipt.objects.create(operation=op, provider_reference="msg_1", accepted_at=timezone.now(), how="direct",
+                               recorded_by="w1")
+    return op
+
+
+def test_retention_deletes_only_finished_work_past_the_cutoff_in_batches_and_keeps_what_live_work_refers_to(store):
+    old = [finished(store, f"old-{n}", days_ago=40) for n in range(5)]
+    old_cancelled = finished(store, "old-cancelled", days_ago=40, state="CANCELLED")
+    for job in old[:2]:
+        operation(job)
+    finished(store, "recent", days_ago=3)
+    # Unfinished work, however old.
+    store.enqueue("studio", "old-ready", now=time.time() - 90 * DAY)
+    store.enqueue("studio", "old-attention", now=time.time() - 90 * DAY)
+    store.escalate("studio", "old-attention", reason="stuck", actor="op", now=time.time() - 90 * DAY)
+    waiting = store.enqueue("studio", "old-waiting", now=time.time() - 90 * DAY)
+    epoch = store.claim("studio", "old-waiting", "w1", now=time.time() - 90 * DAY)
+    store.wait("studio", "old-waiting", "w1", epoch, reason="customer reply", now=time.time() - 90 * DAY)
+    operation(waiting, OperationState.ACCEPTED)
+    # Finished, but something live still refers to it.
+    with_timer = finished(store, "old-with-pending-timer", days_ago=40)
+    Timer.objects.create(tenant="studio", job=with_timer, scheduled_for=timezone.now(), reason="remind",
+                         created_at=timezone.now())
+    with_unmatched = finished(store, "old-with-unmatched-inbound", days_ago=40)
+    InboundEvent.objects.create(provider="sim", event_id="e-1", event_type="reply", state="UNMATCHED",
+                                job=with_unmatched, received_at=timezone.now())
+    in_doubt = finished(store, "old-with-operation-in-doubt", days_ago=40)
+    operation(in_doubt, OperationState.UNKNOWN, receipt=False)
+    paused = finished(store, "old-named-by-a-pause", days_ago=40)
+    ConnectorPause.objects.create(tenant="studio", provider="sim-idempotent", reason="401",
+                                  operation=operation(paused, OperationState.FAILED, receipt=False))
+
+    report = retention_sweep(retention_days=30, redact_after_days=7, batch_size=2)
+
+    gone = {j.pk for j in [*old, old_cancelled]}
+    assert not Job.objects.filter(pk__in=gone).exists()
+    assert not JobEvent.objects.filter(job_id__in=gone).exists()
+    assert not Operation.objects.filter(job_id__in=gone).exists() and not Receipt.objects.filter(
+        operation__job_id__in=gone).exists()
+    assert set(Job.objects.values_list("key", flat=True)) == {
+        "recent", "old-ready", "old-attention", "old-waiting", "old-with-pending-timer",
+        "old-with-unmatched-inbound", "old-with-operation-in-doubt", "old-named-by-a-pause"}
+    assert Operation.objects.filter(job=waiting).get().request["body"] == "the email body"
+    assert Timer.objects.filter(job=with_timer, state="PENDING").exists()
+    assert InboundEvent.objects.filter(job=with_unmatched).exists()
+    assert ConnectorPause.objects.get().operation.job_id == paused.pk
+    assert report.deleted["jobs.Job"] == 6 and report.deleted["operations.Receipt"] == 2
+    assert report.deleted["jobs.JobEvent"] >= 6 * 2
+    assert report.kept == 4
+    assert report.batches > 2  # 10 finished jobs past the cutoff, 2 per batch
+    # The kept ones are not deleted by a second sweep either; nothing else goes.
+    again = retention_sweep(retention_days=30, redact_after_days=7, batch_size=2)
+    assert again.deleted["jobs.Job"] == 0 and again.kept == 4
+    assert Job.objects.filter(key="recent").exists()
+
+
+def test_bodies_of_finished_work_are_redacted_before_it_is_deleted(store):
+    job = finished(store, "last-week", days_ago=10)
+    op = operation(job)
+    fresh = finished(store, "yesterday", days_ago=1)
+    live = store.enqueue("studio", "live", payload={"body": "keep me"}, now=time.time() - 10 * DAY)
+
+    report = retention_sweep(retention_days=30, redact_after_days=7)
+
+    job.refresh_from_db()
+    op.refresh_from_db()
+    assert job.redacted_at is not None and "body" not in job.payload and job.payload["redacted"] is True
+    assert "body" not in op.request and op.request_digest == "d" * 64
+    assert job.result == {"ok": True} and job.events.exists()  # history stays
+    fresh.refresh_from_db()
+    live.refresh_from_db()
+    assert fresh.payload["body"] and live.payload == {"body": "keep me"}
+    assert report.redacted == {"jobs.Job.payload": 1, "operations.Operation.request": 1}
+    assert retention_sweep(retention_days=30, redact_after_days=7).redacted == {}
+
+
+def test_prune_command_reports_what_it_removed(store, capsys):
+    finished(store, "old", days_ago=40)
+    call_command("prune", "--days", "30")
+    out = capsys.readouterr().out
+    assert "1 jobs.Job" in out and not Job.objects.exists()
