@@ -36,7 +36,7 @@ def run_one(store: Store, job: Job, worker: str = "test-worker"):
         return exc
     if isinstance(outcome, Wait):
         store.wait(job.tenant, job.key, worker, job.lease_epoch, state=outcome.state, reason=outcome.reason,
-                   wake_at=outcome.wake_at)
+                   wake_at=outcome.wake_at, provider=outcome.provider)
     else:
         store.finish(job.tenant, job.key, worker, job.lease_epoch, result=outcome)
     return outcome

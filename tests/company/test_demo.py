@@ -45,7 +45,9 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage):
 
 @pytest.mark.django_db(transaction=True)
 def test_demo_refuses_to_run_in_production(manage):
-    manage.env = {**manage.env, "DURABLE_PRODUCTION": "1", "SECRET_KEY": "x" * 50, "DEMO_SERVE": "0"}
+    # A complete production configuration, so it is the demo that refuses.
+    manage.env = {**manage.env, "DURABLE_PRODUCTION": "1", "SECRET_KEY": "x" * 50, "DEMO_SERVE": "0",
+                  "PROVIDER_API_KEY": "live-key", "PROVIDER_URL": "https://mail.example.com"}
     result = manage.run("demo", check=False, timeout=120)
     assert result.returncode != 0
     assert "refuses to run with DURABLE_PRODUCTION=1" in result.stderr

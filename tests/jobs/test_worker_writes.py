@@ -1,6 +1,7 @@
 """What a worker does when recording a handler's outcome fails: the fence
 moved before the heartbeat noticed (the result is discarded), or the
-database refused the write (the job is left to expire and be recovered).
+database refused the write (recorded once as NEEDS_ATTENTION), or the
+database could not be reached (the job is left to expire and be recovered).
 In-process workers on the real database; the failing write is refused by the
 database itself (a trigger), not by a mock."""
 
@@ -48,13 +49,15 @@ def test_a_result_whose_fence_moved_before_the_heartbeat_noticed_is_discarded(st
 
 
 @contextmanager
-def database_refuses_done():
-    """A trigger that makes the database refuse to mark any job DONE."""
+def database_refuses_done(errcode: str = ""):
+    """A trigger that makes the database refuse to mark any job DONE; on
+    PostgreSQL `errcode` picks the SQLSTATE (08006: the connection failed)."""
+    using = f" USING ERRCODE = '{errcode}'" if errcode else ""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 "CREATE FUNCTION test_refuse_done() RETURNS trigger AS $$ BEGIN "
-                "IF NEW.state = 'DONE' THEN RAISE EXCEPTION 'refused by the test trigger'; END IF; "
+                f"IF NEW.state = 'DONE' THEN RAISE EXCEPTION 'refused by the test trigger'{using}; END IF; "
                 "RETURN NEW; END $$ LANGUAGE plpgsql"
             )
             cursor.execute("CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs_job "
@@ -72,10 +75,26 @@ def database_refuses_done():
                 cursor.execute("DROP FUNCTION test_refuse_done()")
 
 
-def test_an_outcome_the_database_refuses_is_left_to_expire_and_the_job_runs_again(store, caplog):
+def test_an_outcome_the_database_refuses_is_recorded_once_for_an_operator(store, caplog):
     store.enqueue("studio", "q-1")
 
     with database_refuses_done():
+        worker = run_until_idle()
+
+    # Not left to expire (that would run the handler again): recorded once,
+    # with the refusal as the reason.
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, job.attempts) == ("NEEDS_ATTENTION", 1, 1)
+    assert "could not be recorded" in job.last_error and "refused by the test trigger" in job.last_error
+    assert not job.events.filter(kind="finish").exists()
+    assert (worker.stats["attention"], worker.stats["done"]) == (1, 0)
+
+
+@pytest.mark.postgres
+def test_an_outcome_lost_with_the_connection_is_left_to_expire_and_the_job_runs_again(store, caplog):
+    store.enqueue("studio", "q-1")
+
+    with database_refuses_done(errcode="08006"):
         worker = run_until_idle()
 
     job = Job.objects.get(key="q-1")
