@@ -34,9 +34,16 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   statement. The statement also reports sampled tenants that turned out to
   have no READY job left; `_prune` removes them from the sample table.
 If nothing could be locked (every candidate was taken by concurrent claimers,
-or the sample's work is all scheduled for later) the plain global claim runs
-(`_GLOBAL_PG`, index `job_claim_ready`), so contention never makes a busy
-queue look empty.
+or the sample's work is all scheduled for later) the plain claim runs
+(`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
+so contention never makes a busy queue look empty.
+
+Plan stability: "READY jobs of tenant T in claim order" has exactly one index
+that can answer it (`job_claim_tenant`; migration 0004 keeps READY rows out of
+`job_state_tenant` and drops the old global-order index), and the locking
+step names only the primary key. So the plan does not depend on statistics:
+it is the same on a table loaded a second ago, on one analysed while the
+queue was empty, and on ten million rows.
 
 **Lease cap** (PostgreSQL): a statement counts leases in its own snapshot, so
 two concurrent claims could each see the tenant under its cap. With a cap set
@@ -110,15 +117,15 @@ _LEASE_AND_LOG_PG = """
 # (wrapping around to the start), plus the NEWEST_TENANTS.
 _TENANTS_SAMPLED = """
     WITH after AS MATERIALIZED (
-        SELECT tenant FROM jobs_readytenant WHERE slot >= %(slot)s ORDER BY slot LIMIT %(sample)s
+        SELECT tenant FROM jobs_readytenant WHERE slot >= %(slot)s ORDER BY slot LIMIT {sample}
     ), tenants AS MATERIALIZED (
         SELECT tenant FROM after
         UNION
         (SELECT tenant FROM jobs_readytenant WHERE slot < %(slot)s ORDER BY slot
-         LIMIT greatest(0, %(sample)s - (SELECT count(*) FROM after)))
+         LIMIT greatest(0, {sample} - (SELECT count(*) FROM after)))
         UNION
         (SELECT tenant FROM jobs_readytenant WHERE added > now() - make_interval(secs => %(fresh)s)
-         ORDER BY added DESC LIMIT %(newest)s)
+         ORDER BY added DESC LIMIT {newest})
     ),"""
 
 # A worker restricted to some tenants (`--tenant`) already knows them.
@@ -143,7 +150,7 @@ _FAIR_PG = """
             WHERE tenant = l.tenant AND {eligible} {action_filter}
             -- "tenant" leads so only job_claim_tenant can serve this order.
             ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
-            LIMIT (SELECT CASE WHEN count(*) > 1 THEN %(limit)s / count(*) + %(heads_many)s ELSE %(heads_one)s END
+            LIMIT (SELECT CASE WHEN count(*) > 1 THEN {limit} / count(*) + {heads_many} ELSE {heads_one} END
                    FROM load)
         ) AS h
     ), ordered AS MATERIALIZED (
@@ -151,13 +158,19 @@ _FAIR_PG = """
                AS position
         FROM heads {cap_filter}
     ), candidate AS (
+        -- The lookup names nothing but the primary key, so no other index
+        -- can serve it (OFFSET 0 keeps the planner from pushing the state
+        -- test in, which would let a partial index compete); the state is
+        -- checked on the locked, current row.
         SELECT c.id FROM (SELECT id, position FROM ordered ORDER BY position) AS o
         CROSS JOIN LATERAL (
-            SELECT j.id FROM jobs_job AS j WHERE j.id = o.id AND j.state = 'READY'
+            SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id
+            OFFSET 0
             FOR UPDATE SKIP LOCKED
         ) AS c
+        WHERE c.state = 'READY'
         ORDER BY o.position
-        LIMIT %(limit)s
+        LIMIT {limit}
     ),
 """ + _LEASE_AND_LOG_PG + """
     SELECT c.*, g.gone FROM (
@@ -170,12 +183,14 @@ _FAIR_PG = """
     ) AS g LEFT JOIN claimed AS c ON true
 """
 
+# Tenant-first like every claim: job_claim_tenant serves it (with one tenant
+# listed, "tenant" is a constant and the order is the tenant's claim order).
 _GLOBAL_PG = """
     WITH candidate AS (
         SELECT id FROM jobs_job
         WHERE {eligible} {tenant_filter} {action_filter}
-        ORDER BY priority DESC, next_attempt_at ASC NULLS FIRST, id
-        LIMIT %(limit)s
+        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+        LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ),
 """ + _LEASE_AND_LOG_PG + """
@@ -197,8 +212,8 @@ _CAP_TENANTS_PG = """
 _CAP_TENANTS_GLOBAL_PG = """
     SELECT DISTINCT tenant FROM (
         SELECT tenant FROM jobs_job WHERE {eligible} {tenant_filter} {action_filter}
-        ORDER BY priority DESC, next_attempt_at ASC NULLS FIRST, id
-        LIMIT %(limit)s
+        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+        LIMIT {limit}
     ) AS first
 """
 
@@ -295,7 +310,12 @@ def _tenants(sql: str, params: dict) -> list[str]:
 
 
 def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0) -> tuple[str, dict]:
-    params = _Params(worker=worker, limit=limit, cap=cap)
+    params = _Params(worker=worker, cap=cap)
+    # Sizes are written into the statement, not bound: with them known, even
+    # a generic (prepared) plan expects a handful of rows and keeps the
+    # nested loops over primary keys.
+    sizes = {"limit": int(limit), "sample": max(SAMPLE_TENANTS, int(limit)), "newest": NEWEST_TENANTS,
+             "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     now = params.clock(clock, 0, "now")
     until = params.clock(clock, ttl, "until")
     if template in (_FAIR_PG, _CAP_TENANTS_PG):
@@ -303,23 +323,23 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
             params["tenant_list"] = list(tenants)
             tenants_cte = _TENANTS_LISTED
         else:
-            # A batch looks at as many tenants as it may take jobs, so it can
-            # spread over them the way that many single claims would.
-            params.update(slot=random.random(), sample=max(SAMPLE_TENANTS, limit), newest=NEWEST_TENANTS,
-                          fresh=FRESH_SECONDS)
+            # (A batch looks at as many tenants as it may take jobs, so it can
+            # spread over them the way that many single claims would.)
+            params.update(slot=random.random(), fresh=FRESH_SECONDS)
             tenants_cte = _TENANTS_SAMPLED
-        params.update(lottery=secrets.token_hex(4), heads_one=limit + HEADS_ONE_TENANT, heads_many=HEADS_MANY_TENANTS)
+        params["lottery"] = secrets.token_hex(4)
     else:
         tenants_cte = ""
     returning = ", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS)
     sql = template.format(
         returning=returning,
-        tenants=tenants_cte,
+        tenants=tenants_cte.format(**sizes),
         set_leased=_SET_LEASED.format(now=now, until=until),
         eligible=_ELIGIBLE.format(now=now),
         tenant_filter=f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else "",
         action_filter=f"AND action IN ({params.bind('action', actions)})" if actions else "",
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
+        **sizes,
     )
     return sql, params
 

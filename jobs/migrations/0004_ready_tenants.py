@@ -72,6 +72,18 @@ DROP = [
 ]
 
 
+def drop_global_claim_index(apps, schema_editor):
+    schema_editor.execute("DROP INDEX job_claim_ready")
+
+
+def recreate_global_claim_index(apps, schema_editor):
+    from importlib import import_module
+
+    claim_index = import_module("jobs.migrations.0002_claim_index")
+    order = claim_index.ORDER_PG if schema_editor.connection.vendor == "postgresql" else claim_index.ORDER_SQLITE
+    schema_editor.execute(f"CREATE INDEX job_claim_ready ON jobs_job ({order}) WHERE state = 'READY'")
+
+
 def create_triggers(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         for statement in CREATE:
@@ -106,9 +118,13 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(create_triggers, drop_triggers),
-        # READY rows leave job_state_tenant: "READY jobs of tenant T" can then
-        # only be read from job_claim_tenant, in claim order — the same plan
-        # on a table loaded a second ago (no statistics yet) as on a large one.
+        # "READY jobs of tenant T in claim order" gets exactly one index that
+        # can answer it, job_claim_tenant — the same plan on a table loaded a
+        # second ago (no statistics yet), on one whose statistics say READY
+        # rows are rare (analysed while the queue was empty) and on a large
+        # one. So READY rows leave job_state_tenant, and the global claim
+        # order's index goes: every claim is tenant-first now (claim.py).
+        migrations.RunPython(drop_global_claim_index, recreate_global_claim_index),
         migrations.RemoveIndex(model_name="job", name="job_state_tenant"),
         migrations.AddIndex(
             model_name="job",
