@@ -72,15 +72,29 @@ DROP = [
 ]
 
 
-def drop_global_claim_index(apps, schema_editor):
-    schema_editor.execute("DROP INDEX job_claim_ready")
-
-
-def recreate_global_claim_index(apps, schema_editor):
+def _claim_order(schema_editor) -> str:
     from importlib import import_module
 
     claim_index = import_module("jobs.migrations.0002_claim_index")
-    order = claim_index.ORDER_PG if schema_editor.connection.vendor == "postgresql" else claim_index.ORDER_SQLITE
+    return claim_index.ORDER_PG if schema_editor.connection.vendor == "postgresql" else claim_index.ORDER_SQLITE
+
+
+def reshape_claim_indexes(apps, schema_editor):
+    schema_editor.execute("DROP INDEX job_claim_ready")
+    if schema_editor.connection.vendor == "postgresql":
+        # `action` carried in the index: a worker's `--action` filter is
+        # checked on the index entry, so the claim stays an index-only scan
+        # (and the planner has no reason to prefer reading the table).
+        schema_editor.execute("DROP INDEX job_claim_tenant")
+        schema_editor.execute(f"CREATE INDEX job_claim_tenant ON jobs_job (tenant, {_claim_order(schema_editor)}) "
+                              "INCLUDE (action) WHERE state = 'READY'")
+
+
+def restore_claim_indexes(apps, schema_editor):
+    order = _claim_order(schema_editor)
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("DROP INDEX job_claim_tenant")
+        schema_editor.execute(f"CREATE INDEX job_claim_tenant ON jobs_job (tenant, {order}) WHERE state = 'READY'")
     schema_editor.execute(f"CREATE INDEX job_claim_ready ON jobs_job ({order}) WHERE state = 'READY'")
 
 
@@ -124,7 +138,7 @@ class Migration(migrations.Migration):
         # rows are rare (analysed while the queue was empty) and on a large
         # one. So READY rows leave job_state_tenant, and the global claim
         # order's index goes: every claim is tenant-first now (claim.py).
-        migrations.RunPython(drop_global_claim_index, recreate_global_claim_index),
+        migrations.RunPython(reshape_claim_indexes, restore_claim_indexes),
         migrations.RemoveIndex(model_name="job", name="job_state_tenant"),
         migrations.AddIndex(
             model_name="job",

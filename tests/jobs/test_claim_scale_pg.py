@@ -171,10 +171,8 @@ def _plan_nodes(plan: dict):
         yield from _plan_nodes(child)
 
 
-@pytest.mark.parametrize("limit", [1, 100])
-def test_a_claim_right_after_a_bulk_load_of_fifty_thousand_rows_reads_jobs_by_primary_key(limit):
-    Store().enqueue_many(JobSpec(f"t{i % 3}", f"k{i:05d}") for i in range(50_000))
-    sql, params = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30, None, None, limit)
+def _assert_claim_plan(limit: int, actions=None) -> None:
+    sql, params = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30, None, actions, limit)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         plan = cursor.fetchone()[0]
@@ -191,6 +189,27 @@ def test_a_claim_right_after_a_bulk_load_of_fifty_thousand_rows_reads_jobs_by_pr
     assert locks and all(
         any(n.get("Index Name") == "jobs_job_pkey" for n in _plan_nodes(lock)) for lock in locks
     ), locks
+
+
+@pytest.mark.parametrize("limit", [1, 100])
+def test_a_claim_right_after_a_bulk_load_of_fifty_thousand_rows_reads_jobs_by_primary_key(limit):
+    Store().enqueue_many(JobSpec(f"t{i % 3}", f"k{i:05d}") for i in range(50_000))
+    _assert_claim_plan(limit)
+
+
+def test_the_claim_plan_holds_when_statistics_were_taken_with_a_single_tenant():
+    """Analysed while one tenant held all the work (so "tenant = t" looks
+    like the whole table), then 10,000 tenants get work: with or without an
+    action filter the claim still reads the claim index and primary keys."""
+    Store().enqueue_many(JobSpec("only", f"o{i}", action="jobs.bench_noop") for i in range(10_000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+        cursor.execute("DELETE FROM jobs_jobevent")
+        cursor.execute("DELETE FROM jobs_job")
+    Store().enqueue_many(JobSpec(f"t{i % 10_000}", f"k{i}", action="jobs.bench_noop") for i in range(20_000))
+    for actions in (None, ["jobs.bench_noop"]):
+        _assert_claim_plan(1, actions)
+        _assert_claim_plan(100, actions)
 
 
 # ---------------------------------------------------------------- the ready-tenant table
