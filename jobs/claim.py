@@ -1,45 +1,90 @@
 """Claim SQL: the hot path, written where it can be read.
 
-Both back ends run the same semantics: pick an eligible READY job, move it to
-LEASED with `lease_epoch + 1`, the worker's id and `lease_until = now + ttl`,
-count the attempt, and append the claim to the job's history — in one
-transaction.
+Both back ends run the same semantics: pick eligible READY jobs (one, or up to
+`limit` for a batch), move each to LEASED with its own `lease_epoch + 1`, the
+worker's id and `lease_until = now + ttl`, count the attempt, and append the
+claim to the job's history — in one transaction.
 
-Which job: tenants are served **least-loaded first** (fewest LEASED jobs right
-now; ties broken by lottery so no tenant is systematically first), and within
-a tenant by `priority DESC, next_attempt_at (NULL = at once, first), id`. A
-tenant at `JOBS_TENANT_LEASE_CAP` concurrent leases is skipped; the others are
-not held back by it. So one tenant's backlog of 10,000 cannot starve another
-tenant's 10 jobs: those start within a claim or two of being enqueued.
+Which jobs: tenants are served **least-loaded first** (fewest LEASED jobs;
+ties broken by lottery so no tenant is systematically first), and within a
+tenant by `priority DESC, next_attempt_at (NULL = at once, first), id`. In a
+batch a tenant's k-th job counts as if its k-1 earlier ones were already
+running, so a batch is spread over tenants the way k single claims would be.
+A tenant at `JOBS_TENANT_LEASE_CAP` concurrent leases is skipped; the others
+are not held back by it.
 
-PostgreSQL does it in ONE statement (`_FAIR_PG`): a recursive CTE walks the
-distinct tenants with READY rows (a loose index scan, one probe per tenant,
-on `job_claim_tenant`), takes each tenant's first few eligible jobs from the
-same index, orders them by tenant load, then locks one with
-`FOR UPDATE SKIP LOCKED` — concurrent claimers step over each other's rows
-instead of queueing — updates it and inserts the event. DONE and WAITING rows
-are never visited: both claim indexes are partial on `state = 'READY'`
-(migration 0002). If every candidate was locked by concurrent claimers the
-plain global claim (`_GLOBAL_PG`, index `job_claim_ready`) runs, so contention
-never makes a busy queue look empty.
+PostgreSQL, default path (`_FAIR_PG`, one statement):
+- **which tenants**: a sample from `jobs_readytenant` (tenants with READY
+  work, kept by triggers, migration 0007): the `SAMPLE_TENANTS` that follow a
+  random point in the table's random `slot` order, plus the `NEWEST_TENANTS`
+  that gained READY work in the last `FRESH_SECONDS` (an idle tenant that
+  gets a job is looked at on the very next claim). Two index probes, whatever the number of
+  tenants; with up to `SAMPLE_TENANTS` tenants the sample is all of them and
+  the choice is exact.
+- **load**: each sampled tenant's LEASED jobs are counted (index
+  `job_state_tenant`), never the whole table's.
+- **heads**: each tenant's first eligible jobs from `job_claim_tenant`.
+- **lock**: the heads are ranked once (`ordered`, materialized) and fetched
+  one by one **by primary key** in that order, `FOR UPDATE SKIP LOCKED`, until
+  `limit` are locked — a nested loop over a handful of ids, the only plan a
+  parameterised lateral primary-key lookup has, whatever the statistics say
+  (a table loaded a second ago and one of ten million rows get the same plan).
+  A row another claimer took meanwhile fails the state re-check or is skipped.
+- the chosen rows are leased and their claim events inserted in the same
+  statement. The statement also reports sampled tenants that turned out to
+  have no READY job left; `_prune` removes them from the sample table.
+If nothing could be locked (every candidate was taken by concurrent claimers,
+or the sample's work is all scheduled for later) the plain claim runs
+(`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
+so contention never makes a busy queue look empty.
+
+Plan stability: "READY jobs of tenant T in claim order" has exactly one index
+that can answer it (`job_claim_tenant`; migration 0007 keeps READY rows out of
+`job_state_tenant` and drops the old global-order index), and the locking
+step names only the primary key. So the plan does not depend on statistics:
+it is the same on a table loaded a second ago, on one analysed while the
+queue was empty, and on ten million rows.
+
+**Lease cap** (PostgreSQL): a statement counts leases in its own snapshot, so
+two concurrent claims could each see the tenant under its cap. With a cap set
+the claim runs in a short transaction that first takes a per-tenant advisory
+lock (`pg_try_advisory_xact_lock`, so a claimer never waits for a tenant
+another one is claiming — it moves on to the next), then claims for the
+locked tenants in a NEW statement whose snapshot sees every lease committed
+before the lock. Leases of a tenant are only ever granted under its lock;
+other tenants are not held back.
 
 SQLite has no row locks: the claim runs inside `BEGIN IMMEDIATE` (settings set
 `transaction_mode`), which takes the database's write lock before reading, so
 two claimers are serialised and never both see the same job as eligible; the
-tenant is chosen by a small query first.
+tenant is chosen by a small exact query first (one per job of a batch).
 """
 
+import random
 import secrets
+import zlib
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from .clock import Clock
 from .models import Job
 
-# Candidates looked at per tenant: enough that concurrent claimers on one
-# tenant rarely find all of them locked (then the global claim runs).
-HEADS_PER_TENANT = 8
+# Tenants looked at per claim: a random run of the sample table...
+SAMPLE_TENANTS = 6
+# ...plus up to this many of those that gained READY work in the last
+# FRESH_SECONDS: a tenant that was idle is looked at on the next claim, and
+# only briefly favoured (it is not "new" any more once it has had its turn).
+NEWEST_TENANTS = 2
+FRESH_SECONDS = 2.0
+# Candidates fetched per tenant: with one tenant, the batch size plus enough
+# that concurrent claimers rarely find all of them locked (then the global
+# claim runs); with k tenants, the tenant's share of the batch plus a spare
+# (the claim has other tenants to go to).
+HEADS_ONE_TENANT = 12
+HEADS_MANY_TENANTS = 2
+# Advisory-lock namespace of the lease cap (the first key of the two-key form).
+_CAP_LOCK_NAMESPACE = 0x6A6F6273  # "jobs"
 
 _SET_LEASED = """
     state = 'LEASED',
@@ -52,9 +97,9 @@ _SET_LEASED = """
     updated_at = {now}
 """
 
-_ELIGIBLE = "state = 'READY' AND (next_attempt_at IS NULL OR next_attempt_at <= {now})"
+_ELIGIBLE = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {now}"
 
-# Shared tail of both PostgreSQL statements: lease the candidate, log the claim.
+# Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
 _LEASE_AND_LOG_PG = """
     claimed AS (
         UPDATE jobs_job AS j SET {set_leased}
@@ -66,69 +111,111 @@ _LEASE_AND_LOG_PG = """
         SELECT id, 'claim', 'READY', 'LEASED', lease_epoch, worker_id, worker_id, '', '{{}}', updated_at
         FROM claimed
     )
-    SELECT * FROM claimed
 """
 
-# The tenants with READY work: a loose index scan, one probe per tenant.
-_TENANTS_WALK = """
-    WITH RECURSIVE tenants AS (
-        (SELECT tenant FROM jobs_job WHERE state = 'READY' ORDER BY tenant LIMIT 1)
-        UNION ALL
-        SELECT (SELECT n.tenant FROM jobs_job AS n
-                WHERE n.state = 'READY' AND n.tenant > t.tenant
-                ORDER BY n.tenant LIMIT 1)
-        FROM tenants AS t WHERE t.tenant IS NOT NULL
+# The sample: SAMPLE_TENANTS tenants after a random point of the slot order
+# (wrapping around to the start), plus the NEWEST_TENANTS.
+_TENANTS_SAMPLED = """
+    WITH after AS MATERIALIZED (
+        SELECT tenant FROM jobs_readytenant WHERE slot >= %(slot)s ORDER BY slot LIMIT {sample}
+    ), tenants AS MATERIALIZED (
+        SELECT tenant FROM after
+        UNION
+        (SELECT tenant FROM jobs_readytenant WHERE slot < %(slot)s ORDER BY slot
+         LIMIT greatest(0, {sample} - (SELECT count(*) FROM after)))
+        UNION
+        (SELECT tenant FROM jobs_readytenant WHERE added > now() - make_interval(secs => %(fresh)s)
+         ORDER BY added DESC LIMIT {newest})
     ),"""
 
-# A worker restricted to some tenants (`--tenant`) already knows them: the
-# heads below find which have READY work. Walking the index instead gives the
-# planner probes like `tenant > 'a' AND tenant IN ('a')`, which it answers
-# with sequential scans on a small or freshly loaded table.
+# A worker restricted to some tenants (`--tenant`) already knows them.
 _TENANTS_LISTED = """
-    WITH tenants AS (
+    WITH tenants AS MATERIALIZED (
         SELECT DISTINCT tenant FROM unnest(%(tenant_list)s::varchar[]) AS tenant
     ),"""
 
 _FAIR_PG = """
-    {tenants} load AS (
-        SELECT tenant, count(*) AS leased FROM jobs_job WHERE state = 'LEASED' GROUP BY tenant
-    ), heads AS MATERIALIZED (
-        SELECT h.id, t.tenant, COALESCE(l.leased, 0) AS leased,
-               md5(t.tenant || %(lottery)s) AS lottery, h.priority, h.next_attempt_at
+    {tenants} load AS MATERIALIZED (
+        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
+               (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.tenant) AS leased
         FROM tenants AS t
-        LEFT JOIN load AS l ON l.tenant = t.tenant
+    ), heads AS MATERIALIZED (
+        SELECT h.id, l.tenant, l.lottery, h.priority, h.next_attempt_at,
+               -- The load this tenant would have if its earlier heads ran too.
+               l.leased + row_number() OVER (PARTITION BY l.tenant ORDER BY h.priority DESC,
+                   h.next_attempt_at ASC NULLS FIRST, h.id) AS turn
+        FROM load AS l
         CROSS JOIN LATERAL (
             SELECT id, priority, next_attempt_at FROM jobs_job
-            WHERE tenant = t.tenant AND {eligible} {action_filter}
+            WHERE tenant = l.tenant AND {eligible} {action_filter}
             -- "tenant" leads so only job_claim_tenant can serve this order.
             ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
-            LIMIT {heads}
+            LIMIT (SELECT CASE WHEN count(*) > 1 THEN {limit} / count(*) + {heads_many} ELSE {heads_one} END
+                   FROM load)
         ) AS h
-        WHERE t.tenant IS NOT NULL {cap_filter}
-    ), ordered AS (
-        SELECT ARRAY(SELECT id FROM heads ORDER BY leased, lottery, priority DESC,
-                                                   next_attempt_at ASC NULLS FIRST, id) AS ids
+    ), ordered AS MATERIALIZED (
+        SELECT id, row_number() OVER (ORDER BY turn, lottery, priority DESC, next_attempt_at ASC NULLS FIRST, id)
+               AS position
+        FROM heads {cap_filter}
     ), candidate AS (
-        -- At most HEADS_PER_TENANT rows per tenant, fetched and locked
-        -- through the primary key in the order chosen above; a row another
-        -- claimer took meanwhile fails the state re-check or is skipped.
-        SELECT j.id FROM jobs_job AS j, ordered
-        WHERE j.id = ANY(ordered.ids) AND j.state = 'READY'
-        ORDER BY array_position(ordered.ids, j.id)
-        LIMIT 1
-        FOR UPDATE OF j SKIP LOCKED
+        -- The lookup names nothing but the primary key, so no other index
+        -- can serve it (OFFSET 0 keeps the planner from pushing the state
+        -- test in, which would let a partial index compete); the state is
+        -- checked on the locked, current row.
+        SELECT c.id FROM (SELECT id, position FROM ordered ORDER BY position) AS o
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id
+            OFFSET 0
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        WHERE c.state = 'READY'
+        ORDER BY o.position
+        LIMIT {limit}
     ),
-""" + _LEASE_AND_LOG_PG
+""" + _LEASE_AND_LOG_PG + """
+    SELECT c.*, g.gone FROM (
+        -- Sampled tenants without a single READY job: taken out of the sample.
+        SELECT ARRAY(
+            SELECT l.tenant FROM load AS l
+            WHERE NOT EXISTS (SELECT 1 FROM heads AS h WHERE h.tenant = l.tenant)
+              AND NOT EXISTS (SELECT 1 FROM jobs_job AS r WHERE r.tenant = l.tenant AND r.state = 'READY')
+        ) AS gone
+    ) AS g LEFT JOIN claimed AS c ON true
+"""
 
+# Tenant-first like every claim: job_claim_tenant serves it (with one tenant
+# listed, "tenant" is a constant and the order is the tenant's claim order).
 _GLOBAL_PG = """
     WITH candidate AS (
         SELECT id FROM jobs_job
         WHERE {eligible} {tenant_filter} {action_filter}
-        ORDER BY priority DESC, next_attempt_at ASC NULLS FIRST, id
-        LIMIT 1
+        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+        LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ),
-""" + _LEASE_AND_LOG_PG
+""" + _LEASE_AND_LOG_PG + """
+    SELECT *, NULL AS gone FROM claimed
+"""
+
+# With a lease cap: which tenants to try to lock, in the fair order (their
+# counts are from this statement's snapshot, a pre-filter only).
+_CAP_TENANTS_PG = """
+    {tenants} load AS MATERIALIZED (
+        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
+               (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.tenant) AS leased
+        FROM tenants AS t
+    )
+    SELECT tenant FROM load WHERE leased < %(cap)s ORDER BY leased, lottery
+"""
+
+# The tenants of the globally first eligible jobs (the cap path's fallback).
+_CAP_TENANTS_GLOBAL_PG = """
+    SELECT DISTINCT tenant FROM (
+        SELECT tenant FROM jobs_job WHERE {eligible} {tenant_filter} {action_filter}
+        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+        LIMIT {limit}
+    ) AS first
+"""
 
 # SQLite sorts NULLs first on its own (and has no NULLS FIRST in indexes).
 _SQLITE = """
@@ -160,64 +247,133 @@ def lease_cap() -> int:
     return int(getattr(settings, "JOBS_TENANT_LEASE_CAP", 0) or 0)
 
 
-def claim_next(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None) -> Job | None:
-    """Lease the next eligible job; the caller provides the transaction on
-    SQLite (PostgreSQL statements are atomic on their own)."""
-    if connection.vendor == "postgresql":
-        if tenants and len(set(tenants)) == 1:
-            # One tenant: there is no one to be fair to, and the global claim
-            # (index job_claim_ready, lease cap included) costs half as much.
-            return _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions))
-        job = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions))
-        if job is None:
-            job = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions))
-        return job
-    tenant = _least_loaded_tenant_sqlite(clock, tenants, actions)
-    if tenant is None:
-        return None
-    return _run(*_statement(_SQLITE, worker, clock, ttl, [tenant], actions))
+def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, limit: int = 1) -> list[Job]:
+    """Lease up to `limit` eligible jobs, each with its own epoch and claim
+    event, fairly across tenants. The caller provides the transaction on
+    SQLite (PostgreSQL manages its own)."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    tenants = sorted(set(tenants)) if tenants else None
+    if connection.vendor != "postgresql":
+        return _claim_sqlite(worker, clock, ttl, tenants, actions, limit)
+    if lease_cap():
+        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)
+    return _claim_pg(worker, clock, ttl, tenants, actions, limit)
 
 
-def _statement(template: str, worker, clock, ttl, tenants, actions) -> tuple[str, dict]:
-    params = _Params(worker=worker, lottery=secrets.token_hex(4))
+def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0) -> list[Job]:
+    if tenants and len(tenants) == 1 and not cap:
+        # One tenant: there is no one to be fair to, and the global claim
+        # (index job_claim_tenant) costs less.
+        return _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit))
+    jobs = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit, cap=cap))
+    if not jobs and not cap:
+        jobs = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit))
+    return jobs
+
+
+def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
+    """The cap holds under concurrency: a tenant's leases are granted only
+    under its advisory lock, by a statement that starts after the lock."""
+    cap = lease_cap()
+    with transaction.atomic():
+        sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
+        candidates = _tenants(sql, params)
+        if not candidates:
+            sql, params = _statement(_CAP_TENANTS_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit + 16)
+            candidates = _tenants(sql, params)
+        locked = [t for t in candidates if _cap_lock(t, wait=False)]
+        if not locked and candidates:
+            # Every candidate is being claimed by someone else right now:
+            # wait for the first (its claim is one short statement).
+            _cap_lock(candidates[0], wait=True)
+            locked = candidates[:1]
+        if not locked:
+            return []
+        return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap)
+
+
+def _cap_lock(tenant: str, *, wait: bool) -> bool:
+    key = zlib.crc32(tenant.encode()) - 2**31  # a stable signed 32-bit key
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])
+            return True
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])
+        return cursor.fetchone()[0]
+
+
+def _tenants(sql: str, params: dict) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0) -> tuple[str, dict]:
+    params = _Params(worker=worker, cap=cap)
+    # Sizes are written into the statement, not bound: with them known, even
+    # a generic (prepared) plan expects a handful of rows and keeps the
+    # nested loops over primary keys.
+    sizes = {"limit": int(limit), "sample": max(SAMPLE_TENANTS, int(limit)), "newest": NEWEST_TENANTS,
+             "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     now = params.clock(clock, 0, "now")
     until = params.clock(clock, ttl, "until")
-    cap = lease_cap()
-    if cap and template is _GLOBAL_PG:
-        # The fallback must respect the cap too.
-        params["cap"] = cap
-        tenant_cap = (
-            " AND (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' "
-            "AND c.tenant = jobs_job.tenant) < %(cap)s"
-        )
-    else:
-        tenant_cap = ""
-    if template is _FAIR_PG:
+    if template in (_FAIR_PG, _CAP_TENANTS_PG):
         if tenants:
             params["tenant_list"] = list(tenants)
-        tenants_cte = _TENANTS_LISTED if tenants else _TENANTS_WALK
+            tenants_cte = _TENANTS_LISTED
+        else:
+            # (A batch looks at as many tenants as it may take jobs, so it can
+            # spread over them the way that many single claims would.)
+            params.update(slot=random.random(), fresh=FRESH_SECONDS)
+            tenants_cte = _TENANTS_SAMPLED
+        params["lottery"] = secrets.token_hex(4)
     else:
         tenants_cte = ""
+    returning = ", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS)
     sql = template.format(
-        returning=", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS),
-        tenants=tenants_cte,
+        returning=returning,
+        tenants=tenants_cte.format(**sizes),
         set_leased=_SET_LEASED.format(now=now, until=until),
         eligible=_ELIGIBLE.format(now=now),
-        tenant_filter=(f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else "") + tenant_cap,
+        tenant_filter=f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else "",
         action_filter=f"AND action IN ({params.bind('action', actions)})" if actions else "",
-        cap_filter="AND COALESCE(l.leased, 0) < %(cap)s" if cap else "",
-        heads=HEADS_PER_TENANT,
+        cap_filter="WHERE turn <= %(cap)s" if cap else "",
+        **sizes,
     )
-    if cap:
-        params["cap"] = cap
     return sql, params
 
 
-def _run(sql: str, params: dict) -> Job | None:
+def _run(sql: str, params: dict) -> list[Job]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else job_from_row(JOB_COLUMNS, row)
+        rows = cursor.fetchall()
+    jobs, gone = [], []
+    for row in rows:
+        gone = row[-1] or gone
+        if row[0] is not None:
+            jobs.append(job_from_row(JOB_COLUMNS, row[:-1]))
+    if gone:
+        _prune(gone)
+    return jobs
+
+
+def _prune(tenants: list[str]) -> None:
+    """Take tenants without READY jobs out of the sample table — only rows no
+    transaction adding work holds (SKIP LOCKED), and only if a fresh snapshot,
+    taken after the lock, still sees no READY job (migration 0007)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tenant FROM jobs_readytenant WHERE tenant = ANY(%s) ORDER BY tenant FOR UPDATE SKIP LOCKED",
+            [tenants],
+        )
+        locked = [row[0] for row in cursor.fetchall()]
+        if locked:
+            cursor.execute(
+                "DELETE FROM jobs_readytenant AS r WHERE r.tenant = ANY(%s) "
+                "AND NOT EXISTS (SELECT 1 FROM jobs_job AS j WHERE j.tenant = r.tenant AND j.state = 'READY')",
+                [locked],
+            )
 
 
 # Every column of a job, in the order the claim statements return them
@@ -279,3 +435,22 @@ def _least_loaded_tenant_sqlite(clock: Clock, tenants, actions) -> str | None:
         )
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def _claim_sqlite(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
+    """One job at a time inside the caller's immediate transaction: each
+    choice sees the leases the previous ones made, so a batch is as fair as
+    `limit` single claims."""
+    jobs = []
+    for _ in range(limit):
+        tenant = _least_loaded_tenant_sqlite(clock, tenants, actions)
+        if tenant is None:
+            break
+        sql, params = _statement(_SQLITE, worker, clock, ttl, [tenant], actions, 1)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            break
+        jobs.append(job_from_row(JOB_COLUMNS, row))
+    return jobs

@@ -61,7 +61,11 @@ class Job(models.Model):
                 name="job_waiting_wake",
                 condition=models.Q(state__in=["WAITING_EXTERNAL", "WAITING_REVIEW"], wake_at__isnull=False),
             ),
-            models.Index(fields=["state", "tenant"], name="job_state_tenant"),
+            # Counts by state and tenant (health, a tenant's running jobs in the
+            # claim). READY rows are left to the claim indexes: a claim's
+            # "READY jobs of tenant T" then has only job_claim_tenant to go to,
+            # which returns them in claim order, with or without statistics.
+            models.Index(fields=["state", "tenant"], name="job_state_tenant", condition=~models.Q(state="READY")),
             # The console's key search is a prefix match (`key LIKE 'abc%'`):
             # on PostgreSQL this operator class lets a btree serve it. A key
             # never changes, so the index costs nothing on state changes.
@@ -257,3 +261,36 @@ class Timer(models.Model):
 
     def __str__(self):
         return f"{self.reason} at {self.scheduled_for:%Y-%m-%d %H:%M} [{self.state}]"
+
+
+# ---------------------------------------------------------------- claim bookkeeping (DESIGN §5)
+
+
+class ReadyTenant(models.Model):
+    """A tenant that has (or recently had) READY jobs: the small table the fair
+    claim samples tenants from, so choosing a tenant costs O(log tenants), not
+    a walk over all of them (jobs/claim.py).
+
+    PostgreSQL only, and maintained by the database itself: triggers on
+    jobs_job add a tenant whenever one of its jobs is inserted READY or moves
+    to READY (whatever code path does it); the claim removes a tenant it finds
+    without READY jobs (migration 0007 explains why that removal cannot lose
+    a tenant that just got work). On SQLite the table stays empty: claims
+    there are serialised and choose the tenant with an exact query."""
+
+    tenant = models.CharField(max_length=64, primary_key=True)
+    # A random position: a claim samples the tenants that follow a random
+    # point, so every tenant is equally likely to be looked at.
+    slot = models.FloatField(db_default=models.Func(function="RANDOM"))
+    # When the tenant (re)gained READY work: the newest are always looked at,
+    # so a tenant that was idle starts within a claim or two.
+    added = models.DateTimeField(db_default=models.functions.Now())
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["slot"], name="readytenant_slot"),
+            models.Index(fields=["added"], name="readytenant_added"),
+        ]
+
+    def __str__(self):
+        return self.tenant

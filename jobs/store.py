@@ -305,16 +305,35 @@ class Store:
     ) -> Job | None:
         """Lease the next eligible job (see `claim.py` for order and locking)
         and return it, or None when nothing is eligible."""
+        jobs = self.claim_batch(worker_id, limit=1, tenants=tenants, actions=actions, now=now, ttl=ttl)
+        return jobs[0] if jobs else None
+
+    def claim_batch(
+        self,
+        worker_id: str,
+        *,
+        limit: int,
+        tenants: list[str] | None = None,
+        actions: list[str] | None = None,
+        now=None,
+        ttl: float = DEFAULT_TTL,
+    ) -> list[Job]:
+        """Lease up to `limit` eligible jobs at once (one statement on
+        PostgreSQL), fairly across tenants. Each job gets its own epoch, its
+        own fence and its own claim event: it is finished, failed or
+        recovered on its own, exactly as if it had been claimed alone."""
         clock = Clock.of(now)
-        # PostgreSQL: one statement, atomic by itself (no BEGIN/COMMIT round
-        # trips). SQLite: an immediate transaction around choose + lease + log.
+        # PostgreSQL: claim.py runs one statement (a short transaction with a
+        # lease cap). SQLite: an immediate transaction around choose + lease + log.
         with _atomic_unless_postgres():
-            job = claim_sql.claim_next(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions)
-            if job is not None and not _is_postgres():
-                # PostgreSQL logged the claim inside the claim statement.
-                self._log(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
-                          epoch=job.lease_epoch, worker_id=worker_id, actor=worker_id)
-        return job
+            jobs = claim_sql.claim(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions,
+                                   limit=limit)
+            if jobs and not _is_postgres():
+                # PostgreSQL logged the claims inside the claim statement.
+                for job in jobs:
+                    self._log(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
+                              epoch=job.lease_epoch, worker_id=worker_id, actor=worker_id)
+        return jobs
 
     # ------------------------------------------------------------ fenced writes
 
@@ -345,6 +364,51 @@ class Store:
             {"finished_at": clock.plus(0), "lease_until": None, "result": stored},
             reason=reason,
         )
+
+    def finish_many(self, worker_id: str, done: list[tuple[Job, Any]], *, now=None) -> list[Job]:
+        """Mark many jobs DONE at once (a batch worker's finishes): `done` is
+        `(job as claimed, result)` pairs. Each write is fenced by its own
+        job's epoch, exactly like `finish`; one statement on PostgreSQL.
+        Returns the jobs whose fence had moved (nothing was written for
+        them) — the others are DONE."""
+        if not done:
+            return []
+        transition("finish", State.LEASED, State.DONE)
+        clock = Clock.of(now)
+        if not _is_postgres():
+            lost = []
+            with transaction.atomic():
+                for job, result in done:
+                    try:
+                        self.finish(job.tenant, job.key, worker_id, job.lease_epoch, result=result, now=clock.at)
+                    except Conflict:
+                        lost.append(job)
+            return lost
+        now_sql, now_params = clock.sql()
+        rows = ", ".join(["(%s::bigint, %s::integer, %s::jsonb)"] * len(done))
+        params: list = []
+        for job, result in done:
+            params += [job.id, job.lease_epoch, _json(result) if result is not None else None]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                WITH input (id, epoch, result) AS (VALUES {rows}),
+                changed AS (
+                    UPDATE jobs_job AS j SET state = 'DONE', updated_at = {now_sql}, finished_at = {now_sql},
+                           lease_until = NULL, result = input.result
+                    FROM input
+                    WHERE j.id = input.id AND j.lease_epoch = input.epoch AND j.worker_id = %s
+                      AND j.state = 'LEASED'
+                    RETURNING j.id, j.lease_epoch
+                )
+                INSERT INTO jobs_jobevent ({_EVENT_COLUMNS})
+                SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %s, %s, '', '{{}}', {now_sql} FROM changed
+                RETURNING job_id
+                """,
+                [*params, *now_params, *now_params, worker_id, worker_id, worker_id, *now_params],
+            )
+            written = {row[0] for row in cursor.fetchall()}
+        return [job for job, _ in done if job.id not in written]
 
     def wait(
         self,

@@ -88,6 +88,7 @@ class WorkerConfig:
     grace: float = 30.0
     until_idle: bool = False
     poll_interval: float = 2.0  # the longest idle sleep without a notification
+    batch: int = 1  # jobs a slot claims at once (`--batch`)
     maintenance_limit: int = 100  # items per maintenance step per loop
 
     @property
@@ -128,6 +129,8 @@ class Worker:
         self._last_maintenance = 0.0
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
+        # Per slot thread: the finishes of its current batch, written together.
+        self._batch = threading.local()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -259,8 +262,13 @@ class Worker:
                     seen = self._generation
                 try:
                     close_old_connections()
-                    job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions,
-                                                ttl=cfg.lease_ttl)
+                    if cfg.batch > 1:
+                        jobs = self.store.claim_batch(cfg.worker_id, limit=cfg.batch, tenants=cfg.tenants,
+                                                      actions=cfg.actions, ttl=cfg.lease_ttl)
+                        job = jobs[0] if jobs else None
+                    else:
+                        job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions,
+                                                    ttl=cfg.lease_ttl)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure
                     failures += 1
@@ -268,6 +276,9 @@ class Worker:
                     continue
                 if job is None:
                     self._sleep_until_work(seen)
+                    continue
+                if cfg.batch > 1:
+                    self._run_batch(number, jobs)
                     continue
                 self._count("claimed")
                 self._event("job.claim", job=job)
@@ -342,8 +353,98 @@ class Worker:
                                                       wake_at=outcome.wake_at, provider=outcome.provider),
                          "waiting")
         else:
-            self._record(job, lambda: self.store.finish(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                        result=outcome), "done")
+            self._finish(job, outcome)
+
+    def _finish(self, job: Job, outcome) -> None:
+        """Record success — inside a batch, later and together with the
+        batch's other finishes (`_flush`)."""
+        pending = getattr(self._batch, "pending", None)
+        if pending is not None:
+            pending.append((job, outcome))
+            return
+        self._record(job, lambda: self.store.finish(job.tenant, job.key, self.config.worker_id, job.lease_epoch,
+                                                    result=outcome), "done")
+
+    # ------------------------------------------------------------ a batch (--batch N)
+
+    def _run_batch(self, number: int, jobs: list[Job]) -> None:
+        """Run a claimed batch one job after the other. Every job keeps its
+        own fence: the ones waiting their turn, and the finished ones not yet
+        written, stay in `_running` so the heartbeat renews their leases.
+        Successes are written together (`finish_many`) at the end, or sooner
+        when the oldest has waited a third of the renewal interval; failures
+        and waits are written at once, as in a single claim. On shutdown the
+        jobs not yet started are handed back (`release`); a crash leaves each
+        job's lease to expire and be recovered on its own."""
+        cfg = self.config
+        now = time.monotonic()
+        held = {(number, i): Running(JobContext(job=job, worker_id=cfg.worker_id, store=self.store), now, None)
+                for i, job in enumerate(jobs)}
+        with self._lock:
+            self._running.update(held)
+            self.stats["claimed"] += len(jobs)
+        self._batch.pending = []
+        oldest = None
+        try:
+            for i, job in enumerate(jobs):
+                if self._stopping.is_set():
+                    self._release(jobs[i:], "the worker stopped before the job started")
+                    break
+                self._event("job.claim", job=job)
+                with self._lock:
+                    self._running.pop((number, i), None)  # _run_job registers it as running
+                if held[(number, i)].ctx.cancelled.is_set():
+                    continue  # its lease was lost while it waited (the heartbeat logged it)
+                before = len(self._batch.pending)
+                self._run_job(number, job)
+                if len(self._batch.pending) > before:
+                    with self._lock:
+                        self._running[(number, i)] = held[(number, i)]  # renewed until written
+                    oldest = oldest or time.monotonic()
+                if oldest and time.monotonic() - oldest > cfg.heartbeat_interval / 3:
+                    self._flush(number)
+                    oldest = None
+        finally:
+            self._flush(number)
+            self._batch.pending = None
+            with self._lock:
+                for key in held:
+                    self._running.pop(key, None)
+
+    def _flush(self, number: int) -> None:
+        pending, self._batch.pending = self._batch.pending, []
+        if not pending:
+            return
+        try:
+            lost = self.store.finish_many(self.config.worker_id, pending)
+        except DatabaseError as exc:
+            # Not recorded: the leases expire and recovery runs the jobs again.
+            with self._lock:
+                self.stats["unrecorded"] += len(pending)
+            self._event("job.write_failed", level=logging.ERROR, error=str(exc)[:300], jobs=len(pending))
+            close_old_connections()
+            return
+        lost_ids = {job.id for job in lost}
+        for job, _ in pending:
+            if job.id in lost_ids:
+                self._lost(job, "the fence moved before the batch's finishes were written")
+            else:
+                self._event("job.done", job=job)
+                self._count("done")
+        written = {job.id for job, _ in pending}
+        with self._lock:
+            for key in [k for k, r in self._running.items()
+                        if isinstance(k, tuple) and k[0] == number and r.ctx.job.id in written]:
+                del self._running[key]
+
+    def _release(self, jobs: list[Job], reason: str) -> None:
+        for job in jobs:
+            try:
+                self.store.release(job.tenant, job.key, self.config.worker_id, job.lease_epoch, reason=reason)
+                self._count("released")
+            except (Conflict, DatabaseError) as exc:
+                # Left to expire and be recovered, like any job of a stopped worker.
+                self._event("job.release_failed", level=logging.WARNING, job=job, error=str(exc)[:200])
 
     def _record(self, job: Job, write, counter: str) -> None:
         """Apply the handler's outcome under the fence; a moved fence discards it.

@@ -3,23 +3,30 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.bench import BENCH_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
+from jobs.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
 
-QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200}
-FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500}
+QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
+         "tenants": "1000", "claim_tenants": 2000}
+FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "batch_jobs": 20_000,
+        "tenants": "1000,10000", "claim_tenants": 10_000}
 
 
 class Command(BaseCommand):
     help = (
         "Speed figures on the configured database (DATABASE_URL), one run, one table: enqueue rate "
-        "(one by one and enqueue_many); end-to-end jobs.noop jobs/s through 1, 2, 4, 8 run_worker "
-        "processes next to a minimal raw-psycopg SKIP LOCKED loop (PostgreSQL only; n/a on SQLite); "
-        "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with the table "
+        "(one by one and enqueue_many); end-to-end no-op jobs/s through 1, 2, 4, 8 default run_worker "
+        "processes (no --tenant: the fair claim users run) next to a minimal raw-psycopg SKIP LOCKED loop "
+        "in the same run (PostgreSQL only; n/a on SQLite), then with the jobs spread over --tenants "
+        "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once; "
+        "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
+        "vs --claim-tenants tenants holding READY work; claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
         "jobs changelist (plain, by state, by tenant, key search) with --rows DONE jobs in the table. Each "
         "figure is printed next to its target (ok/MISS); targets are goals, not tests. "
         "It works only in its own tenants (bench-enqueue, bench-e2e, bench-latency, bench-claim, "
-        "bench-bulk-00…49) and the table bench_reference_jobs: it deletes leftovers there before it "
+        "bench-bulk-00…49, bench-many-00000…09999) with its own action (jobs.bench_noop: its workers run "
+        "with --action jobs.bench_noop and never take other jobs) and the table bench_reference_jobs: it "
+        "deletes leftovers there before it "
         "starts and everything there when it ends; other tenants' rows are never touched (on PostgreSQL "
         "the claim section runs a plain VACUUM (ANALYZE) on jobs_job, which blocks no reads or writes; like any "
         "worker, its workers also run lease recovery, timers and the outbox relay). "
@@ -47,16 +54,32 @@ class Command(BaseCommand):
                             help=f"Claims timed per table size (default {FULL['claims']}).")
         parser.add_argument("--skip-bulk", action="store_true",
                             help="Skip the bulk loads: claim time is measured on the table as found only.")
+        parser.add_argument("--tenants", default=None,
+                            help="Tenant counts for the many-tenant end-to-end rows, comma-separated, at most "
+                                 f"10000 (default {FULL['tenants']}; 0 skips them). Those rows, and the batched "
+                                 "ones, run with 4 processes (fewer if --processes asks for fewer).")
+        parser.add_argument("--batches", default="10,100",
+                            help="run_worker --batch sizes for the batched rows, comma-separated (default "
+                                 "10,100; 0 skips them).")
+        parser.add_argument("--batch-jobs", type=int, default=None,
+                            help=f"Jobs per batched run (default {FULL['batch_jobs']:,}).")
+        parser.add_argument("--claim-tenants", type=int, default=None,
+                            help=f"Tenants holding READY work in the claim-time-vs-tenants row, at most 10000 "
+                                 f"(default {FULL['claim_tenants']:,}).")
         parser.add_argument("--quick", action="store_true",
                             help="Small sizes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
                                  + " (explicit options win).")
 
     def handle(self, *args, **opts):
         sizes = QUICK if opts["quick"] else FULL
-        try:
-            processes = [int(p) for p in str(opts["processes"]).split(",") if p.strip()]
-        except ValueError:
-            raise CommandError("--processes takes a comma-separated list of integers, e.g. 1,2,4,8") from None
+        processes = _counts(opts["processes"], "--processes", "1,2,4,8")
+        tenants = [t for t in _counts(opts["tenants"] or sizes["tenants"], "--tenants", "1000,10000") if t]
+        batches = [b for b in _counts(opts["batches"], "--batches", "10,100") if b]
+        claim_tenants = opts["claim_tenants"] if opts["claim_tenants"] is not None else sizes["claim_tenants"]
+        if any(t > len(MANY_TENANTS) or t < 0 for t in tenants) or not 1 <= claim_tenants <= len(MANY_TENANTS):
+            raise CommandError(f"--tenants and --claim-tenants take counts from 1 to {len(MANY_TENANTS)}")
+        if any(b < 0 for b in batches):
+            raise CommandError("--batches takes batch sizes of at least 1")
         config = BenchConfig(
             jobs=opts["jobs"] if opts["jobs"] is not None else sizes["jobs"],
             rows=opts["rows"] if opts["rows"] is not None else sizes["rows"],
@@ -66,6 +89,10 @@ class Command(BaseCommand):
             latency_interval_ms=opts["latency_interval"],
             claims=opts["claims"] if opts["claims"] is not None else sizes["claims"],
             skip_bulk=opts["skip_bulk"],
+            tenants=tenants,
+            batches=batches,
+            batch_jobs=opts["batch_jobs"] if opts["batch_jobs"] is not None else sizes["batch_jobs"],
+            claim_tenants=claim_tenants,
         )
         if config.jobs < 1 or config.latency_jobs < 1 or config.claims < 1 or config.latency_workers < 1:
             raise CommandError("--jobs, --latency-jobs, --claims and --latency-workers must be at least 1")
@@ -86,3 +113,10 @@ class Command(BaseCommand):
             raise CommandError(f"bench failed (its rows were cleaned up): {exc}") from exc
         self.stdout.write(render(results), ending="")
         progress(f"done; tenants {BENCH_TENANTS[0]} … {BENCH_TENANTS[-1]} and {REFERENCE_TABLE} are clean")
+
+
+def _counts(value, option: str, example: str) -> list[int]:
+    try:
+        return [int(p) for p in str(value).split(",") if p.strip()]
+    except ValueError:
+        raise CommandError(f"{option} takes a comma-separated list of integers, e.g. {example}") from None

@@ -30,6 +30,10 @@ class Command(BaseCommand):
                             help="Seconds running handlers get to finish after SIGTERM/SIGINT. Default 30.")
         parser.add_argument("--poll-interval", type=float, default=2.0,
                             help="Longest idle sleep between polls when no notification arrives. Default 2.")
+        parser.add_argument("--batch", type=int, default=1, metavar="N",
+                            help="Claim up to N jobs at once per slot (one statement), run them one after the "
+                                 "other and write their successes together. Each job keeps its own epoch and "
+                                 "fence; on shutdown the ones not started are handed back. Default 1.")
         parser.add_argument("--log-format", choices=["text", "json"], default="text",
                             help="One line per event: text (default) or JSON.")
         parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
@@ -39,6 +43,8 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
+        if opts["batch"] < 1:
+            raise CommandError("--batch must be at least 1")
         if opts["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
         if opts["grace"] < 0:
@@ -58,6 +64,7 @@ class Command(BaseCommand):
             grace=opts["grace"],
             until_idle=opts["until_idle"],
             poll_interval=opts["poll_interval"],
+            batch=opts["batch"],
         )
         if opts["metrics_port"] is not None:
             if not 0 < opts["metrics_port"] < 65536:

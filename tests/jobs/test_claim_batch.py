@@ -1,0 +1,141 @@
+"""Batched claims and fairness across many tenants (issue 11), on whichever
+database the suite runs on: the same semantics on SQLite and PostgreSQL."""
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+from django.db.models.functions import Now
+from django.test import override_settings
+
+from jobs.models import Job, JobEvent
+from jobs.states import State
+from jobs.store import JobSpec
+
+
+def _tenants(count: int, jobs_each: int) -> list[JobSpec]:
+    return [JobSpec(f"t{n:04d}", f"j{i}") for n in range(count) for i in range(jobs_each)]
+
+
+# ---------------------------------------------------------------- fairness with 1,000 tenants
+
+
+@pytest.mark.django_db
+def test_with_a_thousand_busy_tenants_a_tenant_that_gets_a_job_starts_within_two_claims(store):
+    store.enqueue_many(_tenants(1000, 3))
+    # Every tenant has a job running (a batch spreads over all of them).
+    assert len({job.tenant for job in store.claim_batch("busy", limit=1000)}) == 1000
+    store.enqueue("newcomer", "first")
+    claimed = [store.claim_next("w").tenant for _ in range(2)]
+    assert "newcomer" in claimed, claimed
+
+
+@pytest.mark.django_db
+def test_a_tenant_with_a_large_backlog_gets_no_more_than_its_share_among_a_thousand(store):
+    store.enqueue_many(JobSpec("big", f"b{i}") for i in range(2000))
+    store.enqueue_many(_tenants(1000, 2))
+    served = Counter()
+    for _ in range(500):
+        job = store.claim_next("w")
+        store.finish(job.tenant, job.key, "w", job.lease_epoch)
+        served[job.tenant] += 1
+    # Oldest-first would give the big tenant all 500; one tenant in 1,001
+    # gets a small share, and the claims are spread over hundreds of tenants.
+    assert served["big"] <= 50, served["big"]
+    assert len(served) >= 300, len(served)
+
+
+@pytest.mark.django_db
+def test_a_batch_is_spread_over_tenants_like_single_claims(store):
+    store.enqueue_many(_tenants(1000, 5))
+    jobs = store.claim_batch("w", limit=50)
+    assert len(jobs) == 50
+    assert len({job.tenant for job in jobs}) == 50
+
+
+@pytest.mark.django_db
+def test_a_batch_takes_the_least_loaded_tenants_work_first(store):
+    store.enqueue_many(JobSpec("big", f"b{i}") for i in range(20))
+    for n in range(4):
+        store.claim_next(f"x{n}", tenants=["big"])
+    store.enqueue_many(JobSpec("small", f"s{i}") for i in range(3))
+    tenants = [job.tenant for job in store.claim_batch("w", limit=6)]
+    # "small" has nothing running, "big" four: small's three go first (its
+    # loads 0, 1, 2 are below big's 4), then big's.
+    assert sorted(tenants) == ["big", "big", "big", "small", "small", "small"]
+
+
+# ---------------------------------------------------------------- batched claims and finishes
+
+
+@pytest.mark.django_db
+def test_each_job_of_a_batch_has_its_own_epoch_fence_and_claim_event(store):
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(5))
+    store.claim_next("other", now=10)  # k-something at epoch 1, held by someone else
+    jobs = store.claim_batch("w", limit=10, now=10)
+    assert len(jobs) == 4
+    assert all(job.state == State.LEASED and job.lease_epoch == 1 and job.worker_id == "w" for job in jobs)
+    assert JobEvent.objects.filter(kind="claim", worker_id="w").count() == 4
+    # One job's fence moves (recovered and re-claimed elsewhere): finishing
+    # the batch writes the others and reports that one, untouched.
+    moved = jobs[0]
+    Job.objects.filter(pk=moved.pk).update(lease_epoch=7, worker_id="thief")
+    lost = store.finish_many("w", [(job, {"ok": job.key}) for job in jobs], now=10)
+    assert [job.pk for job in lost] == [moved.pk]
+    assert Job.objects.get(pk=moved.pk).state == State.LEASED
+    done = Job.objects.filter(pk__in=[job.pk for job in jobs[1:]])
+    assert all(job.state == State.DONE and job.result == {"ok": job.key} for job in done)
+    assert JobEvent.objects.filter(kind="finish", worker_id="w").count() == 3
+
+
+@pytest.mark.django_db
+def test_claim_batch_refuses_a_limit_below_one(store):
+    with pytest.raises(ValueError, match="at least 1"):
+        store.claim_batch("w", limit=0)
+
+
+@pytest.mark.django_db
+@override_settings(JOBS_TENANT_LEASE_CAP=2)
+def test_a_batch_respects_the_lease_cap(store):
+    store.enqueue_many(JobSpec("a", f"a{i}") for i in range(10))
+    store.enqueue_many(JobSpec("b", f"b{i}") for i in range(10))
+    store.claim_next("w0", tenants=["a"])
+    tenants = Counter(job.tenant for job in store.claim_batch("w", limit=10))
+    assert tenants == {"a": 1, "b": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_worker_with_batch_runs_every_outcome_and_writes_each_under_its_fence(store, manage):
+    store.enqueue_many(JobSpec(f"t{i % 3}", f"ok-{i}") for i in range(60))
+    store.enqueue("t0", "fails", action="test.fail", payload={"kind": "permanent"})
+    store.enqueue("t1", "waits", action="test.wait")
+    result = manage.run("run_worker", "--batch", "10", "--until-idle", "--worker-id", "batcher", timeout=120)
+    assert "claimed=62 done=60" in result.stdout, result.stdout
+    assert Job.objects.filter(key__startswith="ok-", state=State.DONE).count() == 60
+    assert Job.objects.get(key="waits").state == State.WAITING_EXTERNAL
+    assert Job.objects.get(key="fails").state != State.LEASED
+    finishes = JobEvent.objects.filter(kind="finish")
+    assert finishes.count() == 60 and set(finishes.values_list("epoch", flat=True)) == {1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alone(store, manage):
+    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.3}) for i in range(8))
+    worker = manage.start("run_worker", "--batch", "8", "--lease-ttl", "1", "--worker-id", "doomed")
+    deadline = time.monotonic() + 60
+    while not JobEvent.objects.filter(kind="finish").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.communicate(timeout=30)
+    assert Job.objects.filter(state=State.LEASED, worker_id="doomed").exists()  # the rest of the batch
+    while Job.objects.filter(state=State.LEASED, lease_until__gt=Now()).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the dead worker's leases have expired (1 s)
+    result = manage.run("run_worker", "--until-idle", "--worker-id", "rescuer", "--poll-interval", "0.2",
+                        timeout=120)
+    assert "recovered=" in result.stdout
+    assert Job.objects.filter(state=State.DONE).count() == 8
+    recovered = JobEvent.objects.filter(kind="recover")
+    # Each job the dead worker still held was taken back on its own.
+    assert recovered.count() == recovered.values("job").distinct().count() >= 1
+    assert not JobEvent.objects.filter(kind="finish", worker_id="doomed", job__in=recovered.values("job")).exists()
