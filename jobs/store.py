@@ -370,10 +370,12 @@ class Store:
         `(job as claimed, result)` pairs. Each write is fenced by its own
         job's epoch, exactly like `finish`; one statement on PostgreSQL.
         Returns the jobs whose fence had moved (nothing was written for
-        them) — the others are DONE."""
+        them) — the others are DONE. Raises `ValueError` (nothing written)
+        when any result is not strict JSON, as `finish` does."""
         if not done:
             return []
         transition("finish", State.LEASED, State.DONE)
+        stored = [strict_json(result, field="result") if result is not None else None for _, result in done]
         clock = Clock.of(now)
         if not _is_postgres():
             lost = []
@@ -387,8 +389,8 @@ class Store:
         now_sql, now_params = clock.sql()
         rows = ", ".join(["(%s::bigint, %s::integer, %s::jsonb)"] * len(done))
         params: list = []
-        for job, result in done:
-            params += [job.id, job.lease_epoch, _json(result) if result is not None else None]
+        for (job, _), result in zip(done, stored):
+            params += [job.id, job.lease_epoch, result]
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""

@@ -40,6 +40,7 @@ from .retry import Failure
 from .states import State
 from .store import Store
 from .validation import describe_exception as _describe
+from .validation import json_problem
 
 log = logging.getLogger("jobs.worker")
 
@@ -359,9 +360,11 @@ class Worker:
         """Record success — inside a batch, later and together with the
         batch's other finishes (`_flush`)."""
         pending = getattr(self._batch, "pending", None)
-        if pending is not None:
+        if pending is not None and json_problem(outcome) is None:
             pending.append((job, outcome))
             return
+        # Alone (or refused alone: a result that is not strict JSON is
+        # recorded once for an operator by `_record`, not in the batch).
         self._record(job, lambda: self.store.finish(job.tenant, job.key, self.config.worker_id, job.lease_epoch,
                                                     result=outcome), "done")
 
@@ -417,20 +420,28 @@ class Worker:
             return
         try:
             lost = self.store.finish_many(self.config.worker_id, pending)
-        except DatabaseError as exc:
+        except (OperationalError, InterfaceError) as exc:
             # Not recorded: the leases expire and recovery runs the jobs again.
             with self._lock:
                 self.stats["unrecorded"] += len(pending)
-            self._event("job.write_failed", level=logging.ERROR, error=str(exc)[:300], jobs=len(pending))
+            self._event("job.write_failed", level=logging.ERROR, error=_describe(exc), jobs=len(pending))
             close_old_connections()
             return
-        lost_ids = {job.id for job in lost}
-        for job, _ in pending:
-            if job.id in lost_ids:
-                self._lost(job, "the fence moved before the batch's finishes were written")
-            else:
-                self._event("job.done", job=job)
-                self._count("done")
+        except Exception as exc:  # noqa: BLE001 - one job's refusal must not cost the others their outcome
+            # The batched write was refused as a whole: write each finish on
+            # its own, so every job gets its own defined outcome.
+            self._event("job.batch_write_refused", level=logging.WARNING, error=_describe(exc), jobs=len(pending))
+            for job, outcome in pending:
+                self._record(job, lambda job=job, outcome=outcome: self.store.finish(
+                    job.tenant, job.key, self.config.worker_id, job.lease_epoch, result=outcome), "done")
+        else:
+            lost_ids = {job.id for job in lost}
+            for job, _ in pending:
+                if job.id in lost_ids:
+                    self._lost(job, "the fence moved before the batch's finishes were written")
+                else:
+                    self._event("job.done", job=job)
+                    self._count("done")
         written = {job.id for job, _ in pending}
         with self._lock:
             for key in [k for k, r in self._running.items()
@@ -442,7 +453,7 @@ class Worker:
             try:
                 self.store.release(job.tenant, job.key, self.config.worker_id, job.lease_epoch, reason=reason)
                 self._count("released")
-            except (Conflict, DatabaseError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the job is left to expire and be recovered, whatever failed
                 # Left to expire and be recovered, like any job of a stopped worker.
                 self._event("job.release_failed", level=logging.WARNING, job=job, error=str(exc)[:200])
 

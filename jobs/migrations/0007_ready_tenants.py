@@ -80,14 +80,20 @@ def _claim_order(schema_editor) -> str:
 
 
 def reshape_claim_indexes(apps, schema_editor):
-    schema_editor.execute("DROP INDEX job_claim_ready")
+    # IF EXISTS: on SQLite an earlier migration that rebuilt jobs_job (adding
+    # a column with a default does) dropped these hand-made indexes with the
+    # old table; job_claim_tenant is created again here in either case.
+    schema_editor.execute("DROP INDEX IF EXISTS job_claim_ready")
+    schema_editor.execute("DROP INDEX IF EXISTS job_claim_tenant")
     if schema_editor.connection.vendor == "postgresql":
         # `action` carried in the index: a worker's `--action` filter is
         # checked on the index entry, so the claim stays an index-only scan
         # (and the planner has no reason to prefer reading the table).
-        schema_editor.execute("DROP INDEX job_claim_tenant")
         schema_editor.execute(f"CREATE INDEX job_claim_tenant ON jobs_job (tenant, {_claim_order(schema_editor)}) "
                               "INCLUDE (action) WHERE state = 'READY'")
+    else:
+        schema_editor.execute(f"CREATE INDEX job_claim_tenant ON jobs_job (tenant, {_claim_order(schema_editor)}) "
+                              "WHERE state = 'READY'")
 
 
 def restore_claim_indexes(apps, schema_editor):

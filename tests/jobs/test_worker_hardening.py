@@ -72,12 +72,14 @@ BAD_OUTCOMES = {
 }
 
 
+@pytest.mark.parametrize("batch", [1, 4], ids=["single", "batch"])
 @pytest.mark.parametrize("name", list(BAD_OUTCOMES))
-def test_an_outcome_the_engine_refuses_needs_attention_once_and_the_worker_keeps_claiming(store, name):
+def test_an_outcome_the_engine_refuses_needs_attention_once_and_the_worker_keeps_claiming(store, name, batch):
     outcome, says = BAD_OUTCOMES[name]
+    name = f"{name}-{batch}"
     script(store, name, outcome, max_attempts=5)
     store.enqueue("studio", "afterwards")
-    worker = run_until_idle(worker_id="w1")
+    worker = run_until_idle(worker_id="w1", batch=batch)
     refused = job(name)
     assert refused.state == State.NEEDS_ATTENTION
     assert says in refused.last_error
