@@ -7,7 +7,7 @@ figures come from `jobs.health` and `jobs.metrics`.
   their thresholds (`READYZ_MAX_OUTBOX_LAG_SECONDS`,
   `READYZ_MAX_READY_AGE_SECONDS`, `READYZ_MAX_TIMER_OVERDUE_SECONDS`). 200 or
   503 with every failing reason.
-- `GET /metrics` — Prometheus text; a staff session or
+- `GET /metrics` — Prometheus text; a staff session that sees every tenant (a superuser) or
   `Authorization: Bearer $METRICS_TOKEN`, else 403 (401 with a wrong token).
 """
 
@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import health
+from .access import request_scope
 from .metrics import metrics_registry
 
 _migrated = False  # once true in this process it stays true (a deploy restarts it)
@@ -94,4 +95,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if bearer is None and not (request.user.is_authenticated and request.user.is_staff):
         return JsonResponse({"error": "a staff session or Authorization: Bearer $METRICS_TOKEN is required"},
                             status=403)
+    if bearer is None and not request_scope(request).everything:
+        # The figures are labelled by tenant, for every tenant: a session
+        # scoped to some tenants (DESIGN §14) must not read the others'.
+        return JsonResponse({"error": "the metrics cover every tenant: a session that sees all tenants "
+                             "(a superuser) or Authorization: Bearer $METRICS_TOKEN is required"}, status=403)
     return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -67,7 +67,11 @@ def test_metrics_are_refused_without_a_staff_session_or_the_token(client, settin
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
     client.force_login(User.objects.create_user("viewer", password="pw"))
     assert client.get("/metrics").status_code == 403
+    # A staff member scoped to one tenant would read every tenant's figures.
     client.force_login(User.objects.create_user("staff", password="pw", is_staff=True))
+    response = client.get("/metrics")
+    assert response.status_code == 403 and "every tenant" in response.json()["error"]
+    client.force_login(User.objects.create_superuser("root", password="pw"))
     assert "durable_jobs" in client.get("/metrics").content.decode()
 
 
