@@ -123,8 +123,18 @@ MUTANTS: list[Mutant] = [
     Mutant("claim-next-epoch-increment", "claim_next moves the epoch on", (
         Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
         ("tests/jobs/test_store.py",)),
-    Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing", (
-        Edit("jobs/claim.py", "        FOR UPDATE OF j SKIP LOCKED", "        FOR UPDATE OF j"),),
+    Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
+        Edit("jobs/store.py", "j.lease_epoch = input.epoch AND ", ""),),
+        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
+    Mutant("fence-worker-finish-many", "a batch's finishes check the worker id", (
+        Edit("jobs/store.py", "AND j.worker_id = %s", "AND %s::text IS NOT NULL", after="WHERE j.id = input.id"),),
+        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
+    Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
+        Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
+             after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),
+        ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    Mutant("skip-locked-tenant", "concurrent claimers step over locked rows (the claim for listed tenants)", (
+        Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="\n_GLOBAL_PG = \"\"\""),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     # Depends on the lookup reference check of issue 10 item 4 (a minimal one
     # lives in connectors/email_http.py; the hardening stream may reword it).

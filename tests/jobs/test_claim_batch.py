@@ -90,6 +90,20 @@ def test_each_job_of_a_batch_has_its_own_epoch_fence_and_claim_event(store):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("moved_to", [{"lease_epoch": 2}, {"worker_id": "thief"}],
+                         ids=["same_worker_newer_epoch", "other_worker_same_epoch"])
+def test_finish_many_checks_both_halves_of_each_jobs_fence(store, moved_to):
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(3))
+    jobs = store.claim_batch("w", limit=3, now=10)
+    Job.objects.filter(pk=jobs[0].pk).update(**moved_to)
+    lost = store.finish_many("w", [(job, {"ok": True}) for job in jobs], now=10)
+    assert [job.pk for job in lost] == [jobs[0].pk]
+    stale = Job.objects.get(pk=jobs[0].pk)
+    assert (stale.state, stale.result) == (State.LEASED, None)
+    assert not stale.events.filter(kind="finish").exists()
+
+
+@pytest.mark.django_db
 def test_claim_batch_refuses_a_limit_below_one(store):
     with pytest.raises(ValueError, match="at least 1"):
         store.claim_batch("w", limit=0)

@@ -11,7 +11,8 @@ from jobs.models import Job
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def test_claim_next_steps_over_a_row_another_transaction_holds(store):
+@pytest.mark.parametrize("tenants", [None, ["studio"]], ids=["fair-claim", "listed-tenant"])
+def test_claim_next_steps_over_a_row_another_transaction_holds(store, tenants):
     store.enqueue("studio", "first", priority=9)
     store.enqueue("studio", "second")
     locked, release = threading.Event(), threading.Event()
@@ -32,11 +33,11 @@ def test_claim_next_steps_over_a_row_another_transaction_holds(store):
         with connection.cursor() as cursor:
             # Queueing behind the lock would fail here instead of hanging.
             cursor.execute("SET lock_timeout = '5s'")
-        job = store.claim_next("w1")
+        job = store.claim_next("w1", tenants=tenants)
         assert job is not None and job.key == "second"
     finally:
         release.set()
         holder.join(30)
         with connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
-    assert store.claim_next("w1").key == "first"
+    assert store.claim_next("w1", tenants=tenants).key == "first"
