@@ -88,12 +88,16 @@ def _why(job: Job, operations: list[Operation]) -> dict:
     created = JobEvent.objects.filter(job=job, kind="enqueue").order_by("id").first()
     proposal = (created.detail or {}).get("proposal") if created and isinstance(created.detail, dict) else None
     rejected = next((op for op in reversed(operations) if op.state == "REJECTED"), None)
+    rationale = (proposal or {}).get("rationale") or (created.reason if created else "")
+    reason = job.wait_reason or job.last_error
+    if proposal and rationale and rationale in reason:
+        reason = ""  # the engine's reason only repeats the proposal's rationale
     return {
         "proposal": proposal,
         "proposed_by": (proposal or {}).get("proposed_by") or (created.actor if created else ""),
-        "rationale": (proposal or {}).get("rationale") or (created.reason if created else ""),
+        "rationale": rationale,
         "rejected": rejected,
-        "reason": job.wait_reason or job.last_error,
+        "reason": reason,
     }
 
 
