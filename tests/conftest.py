@@ -20,6 +20,7 @@ import pytest
 from django.db import connection
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,10 @@ hypothesis_settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# Hypothesis also caches what it learns from the source (constants) in its
+# home directory: under the temporary directory too, never the project's.
+set_hypothesis_home_dir(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+                        or Path(tempfile.gettempdir()) / "durable-hypothesis-home")
 
 
 def pytest_collection_modifyitems(config, items):

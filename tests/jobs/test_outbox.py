@@ -220,8 +220,15 @@ def test_run_worker_relays_the_outbox_and_runs_the_resulting_job(manage):
 # ---------------------------------------------------------------- real processes (NOTIFY: PostgreSQL only)
 
 
+_START: "multiprocessing.synchronize.Barrier | None" = None  # set before forking the relays
+
+
 def _relay_until_drained(relay_id: str) -> int:
     handled = 0
+    if _START is not None:
+        # Start together: on a busy machine one relay could otherwise drain
+        # the outbox before the others have even begun.
+        _START.wait(timeout=60)
     while OutboxEvent.objects.filter(state="PENDING").exists():
         done = outbox_relay(limit=20, worker_id=relay_id)
         handled += done
@@ -236,9 +243,14 @@ def test_per_aggregate_order_holds_under_four_concurrent_relays():
     for n in range(200):
         emit(f"agg-{n % 8}", sleep=0.002, n=n)
     connections.close_all()
+    global _START
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(4) as pool:
-        handled = pool.map(_relay_until_drained, [f"relay-{n}" for n in range(4)])
+    _START = ctx.Barrier(4)  # inherited by the forked relays
+    try:
+        with ctx.Pool(4) as pool:
+            handled = pool.map(_relay_until_drained, [f"relay-{n}" for n in range(4)], chunksize=1)
+    finally:
+        _START = None
     assert sum(handled) == 200
     assert OutboxEvent.objects.exclude(state="PUBLISHED").count() == 0
     deliveries = list(Delivery.objects.order_by("id").values_list("aggregate_id", "sequence", "consumer"))
