@@ -581,9 +581,16 @@ class Worker:
         return {k: s[k] for k in ("claimed", "done", "retried", "waiting", "review", "attention", "lost", "recovered")}
 
     def _event(self, event: str, *, level: int = logging.INFO, job: Job | None = None, **fields) -> None:
+        # One line per transition, so this runs twice per job: nothing is
+        # built when the level is off, and the record is made directly —
+        # `log.log` would walk the stack for a caller no formatter prints.
+        if not log.isEnabledFor(level):
+            return
         record = {"event": event, "worker": self.config.worker_id}
         if job is not None:
             record.update(tenant=job.tenant, key=job.key, action=job.action, epoch=job.lease_epoch)
-        record.update({k: v for k, v in fields.items() if v is not None})
-        log.log(level, event, extra={"fields": record})
+        for k, v in fields.items():
+            if v is not None:
+                record[k] = v
+        log.handle(log.makeRecord(log.name, level, __file__, 0, event, (), None, extra={"fields": record}))
 
