@@ -124,7 +124,10 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
         ("tests/jobs/test_store.py",)),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing", (
-        Edit("jobs/claim.py", "        FOR UPDATE OF j SKIP LOCKED", "        FOR UPDATE OF j"),),
+        # Both PostgreSQL claim statements: the fair one locks its chosen ids
+        # one by one, the plain one its first eligible rows.
+        Edit("jobs/claim.py", "            FOR UPDATE SKIP LOCKED", "            FOR UPDATE", after="_FAIR_PG = "),
+        Edit("jobs/claim.py", "        FOR UPDATE SKIP LOCKED", "        FOR UPDATE", after="# Tenant-first like every claim"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     # Depends on the lookup reference check of issue 10 item 4 (a minimal one
     # lives in connectors/email_http.py; the hardening stream may reword it).
