@@ -311,11 +311,6 @@ def _tenants(sql: str, params: dict) -> list[str]:
 
 def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0) -> tuple[str, dict]:
     params = _Params(worker=worker, cap=cap)
-    # Sizes are written into the statement, not bound: with them known, even
-    # a generic (prepared) plan expects a handful of rows and keeps the
-    # nested loops over primary keys.
-    sizes = {"limit": int(limit), "sample": max(SAMPLE_TENANTS, int(limit)), "newest": NEWEST_TENANTS,
-             "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     now = params.clock(clock, 0, "now")
     until = params.clock(clock, ttl, "until")
     if template in (_FAIR_PG, _CAP_TENANTS_PG):
@@ -330,18 +325,40 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
         params["lottery"] = secrets.token_hex(4)
     else:
         tenants_cte = ""
+    tenant_filter = f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else ""
+    action_filter = f"AND action IN ({params.bind('action', actions)})" if actions else ""
+    # The text depends only on the statement's shape; a worker claims with
+    # one shape all day, so it is formatted once, not on every claim.
+    shape = (template, now, until, tenants_cte, tenant_filter, action_filter, bool(cap), int(limit))
+    sql = _SQL_TEXT.get(shape)
+    if sql is None:
+        if len(_SQL_TEXT) >= 256:
+            _SQL_TEXT.clear()
+        sql = _SQL_TEXT[shape] = _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap,
+                                         limit)
+    return sql, params
+
+
+_SQL_TEXT: dict[tuple, str] = {}
+
+
+def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap, limit) -> str:
+    # Sizes are written into the statement, not bound: with them known, even
+    # a generic (prepared) plan expects a handful of rows and keeps the
+    # nested loops over primary keys.
+    sizes = {"limit": int(limit), "sample": max(SAMPLE_TENANTS, int(limit)), "newest": NEWEST_TENANTS,
+             "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     returning = ", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS)
-    sql = template.format(
+    return template.format(
         returning=returning,
         tenants=tenants_cte.format(**sizes),
         set_leased=_SET_LEASED.format(now=now, until=until),
         eligible=_ELIGIBLE.format(now=now),
-        tenant_filter=f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else "",
-        action_filter=f"AND action IN ({params.bind('action', actions)})" if actions else "",
+        tenant_filter=tenant_filter,
+        action_filter=action_filter,
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
         **sizes,
     )
-    return sql, params
 
 
 def _run(sql: str, params: dict) -> list[Job]:

@@ -14,7 +14,11 @@ _ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "
 
 def escape(value) -> str:
     """`value` as one line of text: control characters become escapes."""
-    return str(value).translate(_ESCAPES)
+    text = str(value)
+    # Every character _ESCAPES rewrites is non-printable (categories Cc, Zl,
+    # Zp), so printable text — almost every value — skips the per-character
+    # translation.
+    return text if text.isprintable() else text.translate(_ESCAPES)
 
 
 class LogFormatter(logging.Formatter):
@@ -27,10 +31,23 @@ class LogFormatter(logging.Formatter):
     def __init__(self, fmt: str = "text"):
         super().__init__()
         self.fmt = fmt
+        self._ts: tuple[int, str] = (-1, "")
+
+    def _timestamp(self, created: float) -> str:
+        # Lines of one millisecond share their timestamp text (a batch
+        # worker writes many), so it is computed once per millisecond.
+        # One tuple, replaced whole: threads sharing the formatter never see
+        # one millisecond's key with another's text.
+        ms = int(created * 1000)
+        cached = self._ts
+        if cached[0] != ms:
+            cached = (ms, datetime.fromtimestamp(created).astimezone().isoformat(timespec="milliseconds"))
+            self._ts = cached
+        return cached[1]
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None) or {"event": record.getMessage()}
-        ts = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+        ts = self._timestamp(record.created)
         trace = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
         if self.fmt == "json":
             line = {"ts": ts, "level": record.levelname.lower(), **fields}

@@ -387,17 +387,17 @@ class Store:
                         lost.append(job)
             return lost
         now_sql, now_params = clock.sql()
-        rows = ", ".join(["(%s::bigint, %s::integer, %s::jsonb)"] * len(done))
-        params: list = []
-        for (job, _), result in zip(done, stored):
-            params += [job.id, job.lease_epoch, result]
+        # Three arrays, not a VALUES row per job: the statement's text is the
+        # same for every batch size, so it is parsed once and runs prepared.
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
-                WITH input (id, epoch, result) AS (VALUES {rows}),
+                WITH input (id, epoch, result) AS (
+                    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[])
+                ),
                 changed AS (
                     UPDATE jobs_job AS j SET state = 'DONE', updated_at = {now_sql}, finished_at = {now_sql},
-                           lease_until = NULL, result = input.result
+                           lease_until = NULL, result = input.result::jsonb
                     FROM input
                     WHERE j.id = input.id AND j.lease_epoch = input.epoch AND j.worker_id = %s
                       AND j.state = 'LEASED'
@@ -407,7 +407,8 @@ class Store:
                 SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %s, %s, '', '{{}}', {now_sql} FROM changed
                 RETURNING job_id
                 """,
-                [*params, *now_params, *now_params, worker_id, worker_id, worker_id, *now_params],
+                [[job.id for job, _ in done], [job.lease_epoch for job, _ in done], stored,
+                 *now_params, *now_params, worker_id, worker_id, worker_id, *now_params],
             )
             written = {row[0] for row in cursor.fetchall()}
         return [job for job, _ in done if job.id not in written]

@@ -130,6 +130,7 @@ class Worker:
         self._last_maintenance = 0.0
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
+        self._counters: dict = {}  # outcome → its Prometheus counter child
         # Per slot thread: the finishes of its current batch, written together.
         self._batch = threading.local()
 
@@ -192,10 +193,15 @@ class Worker:
             self._generation += 1
             self._work.notify_all()
 
-    def _count(self, counter: str) -> None:
+    def _count(self, counter: str, n: int = 1) -> None:
         with self._lock:
-            self.stats[counter] += 1
-        metrics.WORKER_JOBS.labels(counter).inc()
+            self.stats[counter] += n
+        child = self._counters.get(counter)
+        if child is None:
+            # `labels()` looks the child up under the metric's lock on every
+            # call; a worker counts a handful of outcomes, so keep them.
+            child = self._counters[counter] = metrics.WORKER_JOBS.labels(counter)
+        child.inc(n)
 
     def _loop(self) -> None:
         """The main thread: housekeeping, and with `until_idle` the decision to stop."""
@@ -308,7 +314,7 @@ class Worker:
                 self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))
             self._idle_slots -= 1
 
-    def _run_job(self, number: int, job: Job) -> None:
+    def _run_job(self, number: int, job: Job, ctx: JobContext | None = None) -> None:
         cfg = self.config
         try:
             spec = get_action(job.action)
@@ -317,7 +323,7 @@ class Worker:
             self._record(job, lambda: self.store.fail(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
                                                       error=reason, failure=Failure.ATTENTION), "attention")
             return
-        ctx = JobContext(job=job, worker_id=cfg.worker_id, store=self.store)
+        ctx = ctx or JobContext(job=job, worker_id=cfg.worker_id, store=self.store)
         now = time.monotonic()
         with self._lock:
             self._running[number] = Running(ctx, now, now + spec.timeout if spec.timeout else None)
@@ -399,7 +405,8 @@ class Worker:
                 if held[(number, i)].ctx.cancelled.is_set():
                     continue  # its lease was lost while it waited (the heartbeat logged it)
                 before = len(self._batch.pending)
-                self._run_job(number, job)
+                # The context the heartbeat renewed while the job waited.
+                self._run_job(number, job, held[(number, i)].ctx)
                 if len(self._batch.pending) > before:
                     with self._lock:
                         self._running[(number, i)] = held[(number, i)]  # renewed until written
@@ -441,7 +448,7 @@ class Worker:
                     self._lost(job, "the fence moved before the batch's finishes were written")
                 else:
                     self._event("job.done", job=job)
-                    self._count("done")
+            self._count("done", len(pending) - len(lost_ids))
         written = {job.id for job, _ in pending}
         with self._lock:
             for key in [k for k, r in self._running.items()
@@ -581,9 +588,16 @@ class Worker:
         return {k: s[k] for k in ("claimed", "done", "retried", "waiting", "review", "attention", "lost", "recovered")}
 
     def _event(self, event: str, *, level: int = logging.INFO, job: Job | None = None, **fields) -> None:
+        # One line per transition, so this runs twice per job: nothing is
+        # built when the level is off, and the record is made directly —
+        # `log.log` would walk the stack for a caller no formatter prints.
+        if not log.isEnabledFor(level):
+            return
         record = {"event": event, "worker": self.config.worker_id}
         if job is not None:
             record.update(tenant=job.tenant, key=job.key, action=job.action, epoch=job.lease_epoch)
-        record.update({k: v for k, v in fields.items() if v is not None})
-        log.log(level, event, extra={"fields": record})
+        for k, v in fields.items():
+            if v is not None:
+                record[k] = v
+        log.handle(log.makeRecord(log.name, level, __file__, 0, event, (), None, extra={"fields": record}))
 
