@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
+# pytest's cache (--lf) lives outside the project folder, one per checkout:
+# a test run leaves nothing behind in the project.
+PYTEST := $(PY) -m pytest -o cache_dir=$(or $(TMPDIR),/tmp)/durable-pytest-cache-$(shell printf %s "$(CURDIR)" | cksum | cut -d' ' -f1)
 
 .PHONY: install lint test test-postgres test-deep mutants demo migrate worker calendar simulator bench chaos clean
 
@@ -18,13 +21,13 @@ lint: install  ## undefined and unused names, syntax errors
 	$(VENV)/bin/ruff check .
 
 test: install  ## the suite, on DATABASE_URL (default: SQLite)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-postgres: install  ## the suite on the local PostgreSQL
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(PYTEST) $(PYTEST_ARGS)
 
 test-deep: install  ## the Store state machine, explored far longer (hypothesis profile "deep")
-	HYPOTHESIS_PROFILE=deep $(PY) -m pytest tests/jobs/test_state_machine.py $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=deep $(PYTEST) tests/jobs/test_state_machine.py $(PYTEST_ARGS)
 
 mutants: install  ## curated one-line mutants of the rules that matter; fails if one survives (SQLite; SKIP LOCKED on PG_URL)
 	MUTANTS_POSTGRES_URL=$${MUTANTS_POSTGRES_URL:-$(PG_URL)_mutants} $(PY) tools/mutants.py $(MUTANTS_ARGS)

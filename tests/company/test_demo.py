@@ -9,10 +9,10 @@ from company.models import Membership, Quote
 
 
 @pytest.mark.django_db(transaction=True)
-def test_demo_story_sends_each_email_once_and_tells_what_happened(manage):
+def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_path):
     User = get_user_model()
     User.objects.create_user(username="reviewer", password="my-own-password")
-    manage.env = {**manage.env, "DEMO_SERVE": "0"}
+    manage.env = {**manage.env, "DEMO_SERVE": "0", "DEMO_STATE_DIR": str(tmp_path / "demo-state")}
     out = manage.run("demo", "--tenant", "story", timeout=240).stdout
 
     assert "demo-worker-1 was killed with SIGKILL before the answer reached it" in out

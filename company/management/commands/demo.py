@@ -101,8 +101,10 @@ class Command(BaseCommand):
         try:
             # The provider keeps its storage next to the database, so a repeated
             # run still shows what it accepted; a fresh story starts it empty.
-            provider_db = ROOT / "var" / f"demo-provider-{self.tenant_slug}.sqlite3"
-            provider_db.parent.mkdir(exist_ok=True)
+            # (DEMO_STATE_DIR, default var/ in the project: tests point it elsewhere.)
+            state_dir = Path(os.environ.get("DEMO_STATE_DIR") or ROOT / "var")
+            provider_db = state_dir / f"demo-provider-{self.tenant_slug}.sqlite3"
+            provider_db.parent.mkdir(parents=True, exist_ok=True)
             if not Quote.objects.filter(tenant__slug=self.tenant_slug).exists():
                 for stale in provider_db.parent.glob(provider_db.name + "*"):
                     stale.unlink()
