@@ -374,8 +374,7 @@ class Store:
         when any result is not strict JSON, as `finish` does."""
         if not done:
             return []
-        transition("finish", State.LEASED, State.DONE)
-        stored = [strict_json(result, field="result") if result is not None else None for _, result in done]
+        finishes = _finishes(done)
         clock = Clock.of(now)
         if not _is_postgres():
             lost = []
@@ -386,32 +385,35 @@ class Store:
                     except Conflict:
                         lost.append(job)
             return lost
-        now_sql, now_params = clock.sql()
-        # Three arrays, not a VALUES row per job: the statement's text is the
-        # same for every batch size, so it is parsed once and runs prepared.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                WITH input (id, epoch, result) AS (
-                    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[])
-                ),
-                changed AS (
-                    UPDATE jobs_job AS j SET state = 'DONE', updated_at = {now_sql}, finished_at = {now_sql},
-                           lease_until = NULL, result = input.result::jsonb
-                    FROM input
-                    WHERE j.id = input.id AND j.lease_epoch = input.epoch AND j.worker_id = %s
-                      AND j.state = 'LEASED'
-                    RETURNING j.id, j.lease_epoch
-                )
-                INSERT INTO jobs_jobevent ({_EVENT_COLUMNS})
-                SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %s, %s, '', '{{}}', {now_sql} FROM changed
-                RETURNING job_id
-                """,
-                [[job.id for job, _ in done], [job.lease_epoch for job, _ in done], stored,
-                 *now_params, *now_params, worker_id, worker_id, worker_id, *now_params],
-            )
-            written = {row[0] for row in cursor.fetchall()}
+        written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=finishes)
         return [job for job, _ in done if job.id not in written]
+
+    def finish_and_claim(
+        self,
+        worker_id: str,
+        done: list[tuple[Job, Any]],
+        *,
+        limit: int,
+        tenants: list[str] | None = None,
+        actions: list[str] | None = None,
+        now=None,
+        ttl: float = DEFAULT_TTL,
+    ) -> tuple[list[Job], list[Job]]:
+        """`finish_many(done)` then `claim_batch(limit)`, as a worker does
+        between one piece of work and the next — on PostgreSQL (without a
+        lease cap) in ONE statement: one round trip, one commit, both or
+        neither. Returns (jobs claimed, jobs of `done` whose fence had
+        moved). Raises `ValueError` (nothing written, nothing claimed) when
+        a result is not strict JSON."""
+        if not done:
+            return self.claim_batch(worker_id, limit=limit, tenants=tenants, actions=actions, now=now, ttl=ttl), []
+        if not claim_sql.pipelined():
+            lost = self.finish_many(worker_id, done, now=now)
+            return self.claim_batch(worker_id, limit=limit, tenants=tenants, actions=actions, now=now, ttl=ttl), lost
+        finishes = _finishes(done)
+        jobs, written = claim_sql.finish_and_claim(worker=worker_id, clock=Clock.of(now), ttl=ttl, finish=finishes,
+                                                   tenants=tenants, actions=actions, limit=limit)
+        return jobs, [job for job, _ in done if job.id not in written]
 
     def wait(
         self,
@@ -771,6 +773,18 @@ class Store:
                  storable_text(reason), _json(detail),
                  *now_params],
             )
+
+
+def _finishes(done: list[tuple[Job, Any]]) -> "claim_sql.Finishes":
+    """The finishes of `done`, results checked (a `ValueError` names the
+    first that is not strict JSON, before anything is written)."""
+    transition("finish", State.LEASED, State.DONE)
+    return claim_sql.Finishes(
+        ids=[job.id for job, _ in done],
+        epochs=[job.lease_epoch for job, _ in done],
+        tenants=[job.tenant for job, _ in done],
+        results=[strict_json(result, field="result") if result is not None else None for _, result in done],
+    )
 
 
 def _db_value(value):

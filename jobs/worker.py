@@ -131,7 +131,8 @@ class Worker:
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
         self._counters: dict = {}  # outcome → its Prometheus counter child
-        # Per slot thread: the finishes of its current batch, written together.
+        # Per slot thread: successes not yet written. The slot's next claim
+        # writes them in the same statement (`Store.finish_and_claim`).
         self._batch = threading.local()
 
     # ------------------------------------------------------------ lifecycle
@@ -263,30 +264,26 @@ class Worker:
     def _slot(self, number: int) -> None:
         cfg = self.config
         failures = 0
+        self._batch.pending = []
         try:
             while not self._stopping.is_set():
                 with self._work:
                     seen = self._generation
                 try:
                     close_old_connections()
-                    if cfg.batch > 1:
-                        jobs = self.store.claim_batch(cfg.worker_id, limit=cfg.batch, tenants=cfg.tenants,
-                                                      actions=cfg.actions, ttl=cfg.lease_ttl)
-                        job = jobs[0] if jobs else None
-                    else:
-                        job = self.store.claim_next(cfg.worker_id, tenants=cfg.tenants, actions=cfg.actions,
-                                                    ttl=cfg.lease_ttl)
+                    jobs = self._finish_and_claim(number)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure
                     failures += 1
                     self._db_backoff(exc, failures)
                     continue
-                if job is None:
+                if not jobs:
                     self._sleep_until_work(seen)
                     continue
                 if cfg.batch > 1:
                     self._run_batch(number, jobs)
                     continue
+                job = jobs[0]
                 self._count("claimed")
                 self._event("job.claim", job=job)
                 try:
@@ -298,8 +295,34 @@ class Worker:
                     self._count("slot_errors")
                     self._event("job.slot_error", level=logging.ERROR, job=job, error=_describe(exc))
         finally:
-            # A connection may only be closed by the thread that opened it.
-            connections.close_all()
+            # Stopping: the successes not yet written are written alone.
+            try:
+                self._flush(number)
+            finally:
+                # A connection may only be closed by the thread that opened it.
+                connections.close_all()
+
+    def _finish_and_claim(self, number: int) -> list[Job]:
+        """Write the slot's pending successes and claim the next work — one
+        statement on PostgreSQL, so a job costs one round trip and one
+        commit. If that fails, nothing of it was written: a database error
+        leaves the successes to their leases (recovery runs them again, as
+        after any failed write); any other refusal writes them on their own
+        first, so each still gets its outcome."""
+        cfg = self.config
+        pending, self._batch.pending = self._batch.pending, []
+        try:
+            jobs, lost = self.store.finish_and_claim(cfg.worker_id, pending, limit=cfg.batch, tenants=cfg.tenants,
+                                                     actions=cfg.actions, ttl=cfg.lease_ttl)
+        except (OperationalError, InterfaceError) as exc:
+            self._unrecorded_many(pending, exc)
+            raise
+        except Exception:
+            self._batch.pending = pending
+            self._flush(number)
+            raise
+        self._written(number, pending, lost)
+        return jobs
 
     def _sleep_until_work(self, seen: int) -> None:
         """Idle until new work is offered (or the poll interval passes). The
@@ -363,8 +386,8 @@ class Worker:
             self._finish(job, outcome)
 
     def _finish(self, job: Job, outcome) -> None:
-        """Record success — inside a batch, later and together with the
-        batch's other finishes (`_flush`)."""
+        """Record success: later, by the slot's next claim (or `_flush`),
+        together with any other successes of its batch."""
         pending = getattr(self._batch, "pending", None)
         if pending is not None and json_problem(outcome) is None:
             pending.append((job, outcome))
@@ -392,14 +415,14 @@ class Worker:
         with self._lock:
             self._running.update(held)
             self.stats["claimed"] += len(jobs)
-        self._batch.pending = []
+        self._event("batch.claim", jobs=len(jobs), tenants=len({job.tenant for job in jobs}))
         oldest = None
         try:
             for i, job in enumerate(jobs):
                 if self._stopping.is_set():
                     self._release(jobs[i:], "the worker stopped before the job started")
                     break
-                self._event("job.claim", job=job)
+                self._event("job.claim", level=logging.DEBUG, job=job)
                 with self._lock:
                     self._running.pop((number, i), None)  # _run_job registers it as running
                 if held[(number, i)].ctx.cancelled.is_set():
@@ -414,24 +437,25 @@ class Worker:
                 if oldest and time.monotonic() - oldest > cfg.heartbeat_interval / 3:
                     self._flush(number)
                     oldest = None
-        finally:
+        except BaseException:
             self._flush(number)
-            self._batch.pending = None
+            raise
+        finally:
+            # The successes left pending are written by the next claim, an
+            # instant from now (or by `_flush` when the slot stops).
             with self._lock:
                 for key in held:
                     self._running.pop(key, None)
 
     def _flush(self, number: int) -> None:
-        pending, self._batch.pending = self._batch.pending, []
+        """Write the slot's pending successes now, without claiming."""
+        pending, self._batch.pending = getattr(self._batch, "pending", None) or [], []
         if not pending:
             return
         try:
             lost = self.store.finish_many(self.config.worker_id, pending)
         except (OperationalError, InterfaceError) as exc:
-            # Not recorded: the leases expire and recovery runs the jobs again.
-            with self._lock:
-                self.stats["unrecorded"] += len(pending)
-            self._event("job.write_failed", level=logging.ERROR, error=_describe(exc), jobs=len(pending))
+            self._unrecorded_many(pending, exc)
             close_old_connections()
             return
         except Exception as exc:  # noqa: BLE001 - one job's refusal must not cost the others their outcome
@@ -441,19 +465,40 @@ class Worker:
             for job, outcome in pending:
                 self._record(job, lambda job=job, outcome=outcome: self.store.finish(
                     job.tenant, job.key, self.config.worker_id, job.lease_epoch, result=outcome), "done")
-        else:
-            lost_ids = {job.id for job in lost}
-            for job, _ in pending:
-                if job.id in lost_ids:
-                    self._lost(job, "the fence moved before the batch's finishes were written")
-                else:
-                    self._event("job.done", job=job)
-            self._count("done", len(pending) - len(lost_ids))
+            lost = None
+        if lost is not None:
+            self._written(number, pending, lost)
+
+    def _written(self, number: int, pending: list, lost: list[Job]) -> None:
+        """Report successes a statement wrote: `lost` are those whose fence
+        had moved (nothing was written for them)."""
+        if not pending:
+            return
+        lost_ids = {job.id for job in lost}
+        batched = self.config.batch > 1
+        for job, _ in pending:
+            if job.id in lost_ids:
+                self._lost(job, "the fence moved before the finish was written")
+            else:
+                # A batch logs each job at DEBUG and one line per write.
+                self._event("job.done", level=logging.DEBUG if batched else logging.INFO, job=job)
+        done = len(pending) - len(lost_ids)
+        self._count("done", done)
+        if batched:
+            self._event("batch.done", jobs=done, lost=len(lost_ids) or None)
         written = {job.id for job, _ in pending}
         with self._lock:
             for key in [k for k, r in self._running.items()
                         if isinstance(k, tuple) and k[0] == number and r.ctx.job.id in written]:
                 del self._running[key]
+
+    def _unrecorded_many(self, pending: list, exc: Exception) -> None:
+        # Not recorded: the leases expire and recovery runs the jobs again.
+        if not pending:
+            return
+        with self._lock:
+            self.stats["unrecorded"] += len(pending)
+        self._event("job.write_failed", level=logging.ERROR, error=_describe(exc), jobs=len(pending))
 
     def _release(self, jobs: list[Job], reason: str) -> None:
         for job in jobs:
