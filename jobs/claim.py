@@ -104,8 +104,11 @@ _ELIGIBLE = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {now}
 # Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
 _LEASE_AND_LOG_PG = """
     claimed AS (
+        -- "= ANY(ids)" is served by the primary key whatever the plan
+        -- (a join with the candidates could be planned as a hash join over
+        -- the whole table by a generic plan made while the table was small).
         UPDATE jobs_job AS j SET {set_leased}
-        FROM candidate WHERE j.id = candidate.id
+        WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
         RETURNING {returning}
     ), logged AS (
         INSERT INTO jobs_jobevent
@@ -123,9 +126,23 @@ _FINISH_PG = """
     finished AS (
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
-        FROM unnest(%(finish_ids)s::bigint[], %(finish_epochs)s::integer[], %(finish_results)s::text[])
-             AS i (id, epoch, result)
-        WHERE f.id = i.id AND f.lease_epoch = i.epoch AND f.worker_id = %(worker)s AND f.state = 'LEASED'
+        FROM (
+            SELECT i.id, i.result
+            FROM unnest(%(finish_ids)s::bigint[], %(finish_epochs)s::integer[], %(finish_results)s::text[])
+                 AS i (id, epoch, result)
+            CROSS JOIN LATERAL (
+                -- Each row locked by primary key, named alone (OFFSET 0
+                -- keeps the fence test out of the scan): a partial index on
+                -- LEASED rows, which carries every lease since the last
+                -- vacuum, can never serve it. The fence is tested on the
+                -- locked, current row.
+                SELECT j.state, j.lease_epoch, j.worker_id FROM jobs_job AS j WHERE j.id = i.id
+                OFFSET 0
+                FOR UPDATE
+            ) AS cur
+            WHERE cur.state = 'LEASED' AND cur.lease_epoch = i.epoch AND cur.worker_id = %(worker)s
+        ) AS i
+        WHERE f.id = i.id
         RETURNING f.id, f.lease_epoch, f.updated_at
     ), finish_logged AS (
         INSERT INTO jobs_jobevent
@@ -133,6 +150,14 @@ _FINISH_PG = """
         SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at
         FROM finished
     ),"""
+# A tenant's LEASED jobs, counted through `job_state_tenant` (state, tenant):
+# that tenant's leases only. Written as a range on state (no READY, since
+# 'LEASED' < 'READY') so that `job_leased_expiry`, whose predicate is
+# state = 'LEASED' and which holds every tenant's leases since the last
+# vacuum, cannot serve it: a generic plan once chose it, and the count grew
+# with every job done. (Only one state lies in the range.)
+_LEASED = ("SELECT count(*) FROM jobs_job AS c "
+           "WHERE c.state >= 'LEASED' AND c.state <= 'LEASED' AND c.tenant = t.tenant")
 # In the same statement the jobs being finished still count as LEASED (one
 # snapshot): their tenants' load is corrected by what is being finished.
 _FINISHING_LOAD = "- (SELECT count(*) FROM unnest(%(finish_tenants)s::varchar[]) AS ft (tenant) WHERE ft.tenant = t.tenant)"
@@ -163,8 +188,8 @@ _TENANTS_LISTED = """
 _FAIR_PG = """
     WITH {finish} {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
-               (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.tenant)
-               {finishing_load} AS leased
+               CASE WHEN (SELECT count(*) FROM tenants) = 1 AND %(cap)s = 0 THEN 0
+                    ELSE ({leased}) {finishing_load} END AS leased
         FROM tenants AS t
     ), heads AS MATERIALIZED (
         SELECT h.id, l.tenant, l.lottery, h.priority, h.next_attempt_at,
@@ -228,8 +253,7 @@ _GLOBAL_PG = """
 # counts are from this statement's snapshot, a pre-filter only).
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
-        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
-               (SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.tenant) AS leased
+        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) AS leased
         FROM tenants AS t
     )
     SELECT tenant FROM load WHERE leased < %(cap)s ORDER BY leased, lottery
@@ -443,6 +467,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
         finish=_FINISH_PG.format(now=now) if finish else "",
         finishing_load=_FINISHING_LOAD if finish else "",
+        leased=_LEASED,
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
         **sizes,
     ))

@@ -153,3 +153,59 @@ def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alo
     # Each job the dead worker still held was taken back on its own.
     assert recovered.count() == recovered.values("job").distinct().count() >= 1
     assert not JobEvent.objects.filter(kind="finish", worker_id="doomed", job__in=recovered.values("job")).exists()
+
+
+# ---------------------------------------------------------------- finish and claim in one step
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("moved_to", [{"lease_epoch": 2}, {"worker_id": "thief"}],
+                         ids=["same_worker_newer_epoch", "other_worker_same_epoch"])
+def test_finish_and_claim_writes_each_fenced_finish_and_claims_the_next(store, moved_to):
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(5))
+    jobs = store.claim_batch("w", limit=3, now=10)
+    Job.objects.filter(pk=jobs[0].pk).update(**moved_to)
+    claimed, lost = store.finish_and_claim("w", [(job, {"ok": job.key}) for job in jobs], limit=2, now=11)
+    assert [job.pk for job in lost] == [jobs[0].pk]
+    stale = Job.objects.get(pk=jobs[0].pk)
+    assert (stale.state, stale.result) == (State.LEASED, None)
+    assert not stale.events.filter(kind="finish").exists()
+    for job in jobs[1:]:
+        done = Job.objects.get(pk=job.pk)
+        assert (done.state, done.result) == (State.DONE, {"ok": job.key})
+        assert done.events.filter(kind="finish", epoch=job.lease_epoch, worker_id="w").count() == 1
+    # The two jobs left were claimed, each with its own claim event.
+    assert sorted(job.key for job in claimed) == ["k3", "k4"]
+    assert all(Job.objects.get(pk=job.pk).state == State.LEASED for job in claimed)
+    assert JobEvent.objects.filter(kind="claim", job__key__in=["k3", "k4"]).count() == 2
+
+
+@pytest.mark.django_db
+def test_finish_and_claim_with_nothing_left_still_writes_the_finishes(store):
+    store.enqueue("a", "only")
+    job = store.claim_next("w", now=10)
+    claimed, lost = store.finish_and_claim("w", [(job, None)], limit=1, now=11)
+    assert (claimed, lost) == ([], [])
+    assert Job.objects.get(pk=job.pk).state == State.DONE
+
+
+@pytest.mark.django_db
+def test_finish_and_claim_refuses_a_result_that_is_not_json_and_writes_nothing(store):
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(2))
+    job = store.claim_next("w", now=10)
+    with pytest.raises(ValueError, match="result"):
+        store.finish_and_claim("w", [(job, {"x": float("nan")})], limit=1, now=11)
+    assert Job.objects.get(pk=job.pk).state == State.LEASED
+    assert Job.objects.filter(state=State.READY).count() == 1
+
+
+@pytest.mark.django_db
+@override_settings(JOBS_TENANT_LEASE_CAP=1)
+def test_finish_and_claim_under_a_lease_cap_frees_the_slot_before_claiming(store):
+    # The capped claim runs in its own transaction after the finishes, so
+    # the tenant's finished job no longer counts against its cap.
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(2))
+    job = store.claim_next("w", now=10)
+    assert store.claim_next("w2", now=10) is None  # at its cap
+    claimed, lost = store.finish_and_claim("w", [(job, None)], limit=1, now=11)
+    assert lost == [] and [j.key for j in claimed] == ["k1"]
