@@ -32,8 +32,10 @@ class Command(BaseCommand):
                             help="Longest idle sleep between polls when no notification arrives. Default 2.")
         parser.add_argument("--batch", type=int, default=1, metavar="N",
                             help="Claim up to N jobs at once per slot (one statement), run them one after the "
-                                 "other and write their successes together. Each job keeps its own epoch and "
-                                 "fence; on shutdown the ones not started are handed back. Default 1.")
+                                 "other and write their successes together (with the next batch's claim). Each job keeps "
+                                 "its own epoch and fence; on shutdown the ones not started are handed back. A "
+                                 "batch logs one line per claim and per write (each job's lines at DEBUG). "
+                                 "Default 1.")
         parser.add_argument("--log-format", choices=["text", "json"], default="text",
                             help="One line per event: text (default) or JSON.")
         parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
