@@ -136,7 +136,9 @@ def test_run_worker_with_batch_runs_every_outcome_and_writes_each_under_its_fenc
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alone(store, manage):
     store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.3}) for i in range(8))
-    worker = manage.start("run_worker", "--batch", "8", "--lease-ttl", "1", "--worker-id", "doomed")
+    # (A 2 s lease: a 1 s one could expire on a loaded machine while the
+    # worker is still alive, and be recovered before the kill.)
+    worker = manage.start("run_worker", "--batch", "8", "--lease-ttl", "2", "--worker-id", "doomed")
     deadline = time.monotonic() + 60
     while not JobEvent.objects.filter(kind="finish").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -148,7 +150,8 @@ def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alo
     result = manage.run("run_worker", "--until-idle", "--worker-id", "rescuer", "--poll-interval", "0.2",
                         timeout=120)
     assert "recovered=" in result.stdout
-    assert Job.objects.filter(state=State.DONE).count() == 8
+    states = sorted(Job.objects.values_list("key", "state", "worker_id", "lease_until"))
+    assert Job.objects.filter(state=State.DONE).count() == 8, (states, result.stdout[-3000:])
     recovered = JobEvent.objects.filter(kind="recover")
     # Each job the dead worker still held was taken back on its own.
     assert recovered.count() == recovered.values("job").distinct().count() >= 1
