@@ -19,7 +19,9 @@ def refuse_with_a_nul(event) -> None:
 def test_a_consumer_error_with_a_nul_byte_is_recorded_escaped_and_retried():
     with transaction.atomic():
         outbox_emit(tenant="studio", aggregate_type="invoice", aggregate_id=1, event_type="hardening.nul_error")
-    outbox_relay()
+    # One delivery (limit=1): the retry's full-jitter backoff can be a few
+    # milliseconds, and an unbounded call would then rightly deliver it again.
+    outbox_relay(limit=1)
     event = OutboxEvent.objects.get()
     assert (event.state, event.attempts) == ("PENDING", 1)
     assert "cannot parse 'a\\x00b'" in event.last_error
