@@ -251,7 +251,12 @@ class Worker:
         """Give running handlers the grace period, then leave the rest to expire."""
         deadline = time.monotonic() + self.config.grace
         for slot in slots:
-            slot.join(timeout=max(0.0, deadline - time.monotonic()))
+            # In short slices: a signal the kernel hands to another thread
+            # runs its Python handler only when this (main) thread next runs
+            # Python code, so one long join would make a second SIGTERM wait
+            # out the whole grace period instead of exiting at once.
+            while slot.is_alive() and (remaining := deadline - time.monotonic()) > 0:
+                slot.join(timeout=min(0.1, remaining))
         with self._lock:
             left = list(self._running.values())
         for running in left:
