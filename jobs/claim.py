@@ -316,9 +316,7 @@ def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, 
     """Lease up to `limit` eligible jobs, each with its own epoch and claim
     event, fairly across tenants. The caller provides the transaction on
     SQLite (PostgreSQL manages its own)."""
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, not {limit}")
-    tenants = sorted(set(tenants)) if tenants else None
+    tenants = _checked(limit, tenants)
     if connection.vendor != "postgresql":
         return _claim_sqlite(worker, clock, ttl, tenants, actions, limit)
     if lease_cap():
@@ -340,12 +338,18 @@ def finish_and_claim(*, worker: str, clock: Clock, ttl: float, finish: Finishes,
     the claimed jobs and the ids of the finishes that were written (a job
     missing there had lost its fence; nothing was written for it). Both
     commit together or not at all."""
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, not {limit}")
+    tenants = _checked(limit, tenants)
     if not pipelined():
         raise RuntimeError("finish_and_claim needs PostgreSQL without a lease cap (see pipelined())")
-    tenants = sorted(set(tenants)) if tenants else None
     return _claim_pg(worker, clock, ttl, tenants, actions, limit, finish=finish)
+
+
+def _checked(limit: int, tenants) -> list[str] | None:
+    """The tenant filter in one order (one statement text per set of
+    tenants); refuses a batch size below one."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    return sorted(set(tenants)) if tenants else None
 
 
 def finish_pg(*, worker: str, clock: Clock, finish: Finishes) -> set[int]:

@@ -374,9 +374,10 @@ class Store:
         when any result is not strict JSON, as `finish` does."""
         if not done:
             return []
-        finishes = _finishes(done)
         clock = Clock.of(now)
         if not _is_postgres():
+            # Each `finish` checks its result; one that is not strict JSON
+            # rolls the whole transaction back.
             lost = []
             with transaction.atomic():
                 for job, result in done:
@@ -385,7 +386,7 @@ class Store:
                     except Conflict:
                         lost.append(job)
             return lost
-        written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=finishes)
+        written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=_finishes(done))
         return [job for job, _ in done if job.id not in written]
 
     def finish_and_claim(

@@ -419,7 +419,7 @@ class Worker:
                 for i, job in enumerate(jobs)}
         with self._lock:
             self._running.update(held)
-            self.stats["claimed"] += len(jobs)
+        self._count("claimed", len(jobs))
         self._event("batch.claim", jobs=len(jobs), tenants=len({job.tenant for job in jobs}))
         oldest = None
         try:
@@ -470,8 +470,7 @@ class Worker:
             for job, outcome in pending:
                 self._record(job, lambda job=job, outcome=outcome: self.store.finish(
                     job.tenant, job.key, self.config.worker_id, job.lease_epoch, result=outcome), "done")
-            lost = None
-        if lost is not None:
+        else:
             self._written(number, pending, lost)
 
     def _written(self, number: int, pending: list, lost: list[Job]) -> None:
@@ -501,8 +500,7 @@ class Worker:
         # Not recorded: the leases expire and recovery runs the jobs again.
         if not pending:
             return
-        with self._lock:
-            self.stats["unrecorded"] += len(pending)
+        self._count("unrecorded", len(pending))
         self._event("job.write_failed", level=logging.ERROR, error=_describe(exc), jobs=len(pending))
 
     def _release(self, jobs: list[Job], reason: str) -> None:

@@ -82,3 +82,34 @@ class ProcessOutput:
         self.process.wait(timeout=timeout)
         self._reader.join(timeout=timeout)
         return self.text()
+
+
+def in_processes(target, arglists, *, timeout: float = 240.0) -> list[tuple[str, object]]:
+    """Run `target(*args)` in a forked process per entry of `arglists` (each
+    inherits the test database settings and opens its own connection); wait
+    for all of them to exit 0 and return their ("ok", result) or ("error",
+    repr of what was raised), in the order they reported."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()  # never share a socket with forked children
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child(*args):
+        try:
+            queue.put(("ok", target(*args)))
+        except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
+            queue.put(("error", repr(exc)))
+        finally:
+            connections.close_all()
+
+    procs = [ctx.Process(target=child, args=tuple(args)) for args in arglists]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results

@@ -16,6 +16,7 @@ from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
 from jobs.store import JobSpec, Store
+from tests.support import in_processes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -23,25 +24,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def _race(target, processes: int, *args) -> list:
     """Run `target(n, barrier, *args)` in `processes` forked processes that
     start claiming together; return their results (raising on any failure)."""
-    connections.close_all()
-    ctx = multiprocessing.get_context("fork")
-    queue, barrier = ctx.Queue(), ctx.Barrier(processes)
-
-    def child(n):
-        try:
-            queue.put(("ok", target(n, barrier, *args)))
-        except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
-            queue.put(("error", repr(exc)))
-        finally:
-            connections.close_all()
-
-    procs = [ctx.Process(target=child, args=(n,)) for n in range(processes)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    barrier = multiprocessing.get_context("fork").Barrier(processes)
+    results = in_processes(target, [(n, barrier, *args) for n in range(processes)])
     assert all(status == "ok" for status, _ in results), results
     return [r for _, r in results]
 

@@ -6,29 +6,12 @@ enqueue."""
 import multiprocessing
 
 import pytest
-from django.db import connections
 
 from jobs.models import Job, JobEvent
 from jobs.store import JobSpec, Store
+from tests.support import in_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _in_child(target, *args):
-    """Run `target` in forked processes that inherit the test database settings."""
-    connections.close_all()
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-
-    def child(*a):
-        try:
-            queue.put(("ok", target(*a)))
-        except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
-            queue.put(("error", repr(exc)))
-        finally:
-            connections.close_all()
-
-    return ctx, queue, child
 
 
 # Seconds since the epoch, long after any lease this test grants has expired.
@@ -62,14 +45,7 @@ def _drain(worker_id: str, stale_epoch_checks: bool) -> dict:
 
 def test_eight_processes_race_claim_next_and_each_job_is_done_exactly_once():
     Store().enqueue_many(JobSpec(f"tenant-{i % 3}", f"job-{i:04d}") for i in range(2000))
-    ctx, queue, child = _in_child(_drain)
-    procs = [ctx.Process(target=child, args=(f"worker-{n}", n == 0)) for n in range(8)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = in_processes(_drain, [(f"worker-{n}", n == 0) for n in range(8)])
 
     assert all(status == "ok" for status, _ in results), results
     finished = [key for _, r in results for key in r["finished"]]
@@ -97,16 +73,9 @@ def _enqueue_same(_):
 
 
 def test_enqueueing_the_same_key_from_two_processes_yields_one_job():
-    ctx, queue, child = _in_child(_enqueue_same)
     for _round in range(20):
         Job.objects.all().delete()
-        connections.close_all()
-        procs = [ctx.Process(target=child, args=(n,)) for n in range(2)]
-        for p in procs:
-            p.start()
-        results = [queue.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(timeout=30)
+        results = in_processes(_enqueue_same, [(n,) for n in range(2)], timeout=60)
         assert [s for s, _ in results] == ["ok", "ok"], results
         assert results[0][1] == results[1][1]
         assert Job.objects.filter(tenant="studio", key="send-quote-017").count() == 1
