@@ -104,11 +104,14 @@ _ELIGIBLE = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {now}
 # Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
 _LEASE_AND_LOG_PG = """
     claimed AS (
-        -- "= ANY(ids)" is served by the primary key whatever the plan
-        -- (a join with the candidates could be planned as a hash join over
-        -- the whole table by a generic plan made while the table was small).
+        -- The ids as a key condition, never a join: a join with the
+        -- candidates could be planned as a hash join over the whole table
+        -- by a generic plan made while statistics said it was empty. One
+        -- id is compared with "=", which the primary key serves at any
+        -- table size; a list with "= ANY", whose unknown length the
+        -- planner takes for ten.
         UPDATE jobs_job AS j SET {set_leased}
-        WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
+        WHERE j.id {leased_ids}
         RETURNING {returning}
     ), logged AS (
         INSERT INTO jobs_jobevent
@@ -120,16 +123,16 @@ _LEASE_AND_LOG_PG = """
 
 # The previous work's finishes, written by the statement that claims the next
 # (`claim(finish=…)`) or alone (`finish_many`): each row fenced by its own
-# epoch and the worker, exactly like `Store.finish`. Three bound arrays, so
-# the text is the same for any number of jobs.
+# epoch and the worker, exactly like `Store.finish`. One job's finish is
+# bound as single values, several as arrays (the text is the same for any
+# number of them); see `_FINISH_FORMS`.
 _FINISH_PG = """
     finished AS (
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
         FROM (
             SELECT i.id, i.result
-            FROM unnest(%(finish_ids)s::bigint[], %(finish_epochs)s::integer[], %(finish_results)s::text[])
-                 AS i (id, epoch, result)
+            FROM {finish_rows}
             CROSS JOIN LATERAL (
                 -- Each row locked by primary key, named alone (OFFSET 0
                 -- keeps the fence test out of the scan): a partial index on
@@ -142,7 +145,10 @@ _FINISH_PG = """
             ) AS cur
             WHERE cur.state = 'LEASED' AND cur.lease_epoch = i.epoch AND cur.worker_id = %(worker)s
         ) AS i
-        WHERE f.id = i.id
+        -- The ids as a key condition of their own: a join alone could be
+        -- planned as a hash join over a full scan of the table (a generic
+        -- plan made while statistics said it was empty).
+        WHERE f.id {finish_key} AND f.id = i.id
         RETURNING f.id, f.lease_epoch, f.updated_at
     ), finish_logged AS (
         INSERT INTO jobs_jobevent
@@ -158,9 +164,36 @@ _FINISH_PG = """
 # with every job done. (Only one state lies in the range.)
 _LEASED = ("SELECT count(*) FROM jobs_job AS c "
            "WHERE c.state >= 'LEASED' AND c.state <= 'LEASED' AND c.tenant = t.tenant")
-# In the same statement the jobs being finished still count as LEASED (one
-# snapshot): their tenants' load is corrected by what is being finished.
-_FINISHING_LOAD = "- (SELECT count(*) FROM unnest(%(finish_tenants)s::varchar[]) AS ft (tenant) WHERE ft.tenant = t.tenant)"
+
+
+@dataclass(frozen=True)
+class _FinishForm:
+    """How a statement names the jobs it finishes: `rows` (id, epoch,
+    result), `key` (the condition on jobs_job.id) and `load` (what comes off
+    a tenant's lease count: in the same statement the jobs being finished
+    still count as LEASED, one snapshot)."""
+
+    rows: str
+    key: str
+    load: str
+
+
+# One job (the unbatched worker): single values, so the generic plan knows
+# it looks up exactly one key — "= ANY(array)" is planned for ten, which
+# is dearer than reading a table of a few dozen pages.
+_FINISH_FORMS = {
+    "one": _FinishForm(
+        rows="(VALUES (%(finish_id)s::bigint, %(finish_epoch)s::integer, %(finish_result)s::text)) AS i (id, epoch, result)",
+        key="= %(finish_id)s::bigint",
+        load="- (CASE WHEN t.tenant = %(finish_tenant)s THEN 1 ELSE 0 END)",
+    ),
+    "many": _FinishForm(
+        rows="unnest(%(finish_ids)s::bigint[], %(finish_epochs)s::integer[], %(finish_results)s::text[]) "
+             "AS i (id, epoch, result)",
+        key="= ANY(%(finish_ids)s::bigint[])",
+        load="- (SELECT count(*) FROM unnest(%(finish_tenants)s::varchar[]) AS ft (tenant) WHERE ft.tenant = t.tenant)",
+    ),
+}
 _FINISHED_IDS = "ARRAY(SELECT id FROM finished)"
 _NOT_FINISHING = "NULL::bigint[]"
 
@@ -228,9 +261,17 @@ _FAIR_PG = """
     SELECT c.*, g.gone, g.finished FROM (
         -- Sampled tenants without a single READY job: taken out of the sample.
         SELECT ARRAY(
+            -- Subqueries per tenant, asked in this order (CASE): the heads
+            -- first; then the table, with the tenant as a key condition (as
+            -- an anti-join it could be planned as a filter over every READY
+            -- row of the claim index) and in an order only the claim index
+            -- gives (else statistics from a time when one tenant held all
+            -- the work make a sequential scan look as cheap).
             SELECT l.tenant FROM load AS l
-            WHERE NOT EXISTS (SELECT 1 FROM heads AS h WHERE h.tenant = l.tenant)
-              AND NOT EXISTS (SELECT 1 FROM jobs_job AS r WHERE r.tenant = l.tenant AND r.state = 'READY')
+            WHERE CASE WHEN EXISTS (SELECT 1 FROM heads AS h WHERE h.tenant = l.tenant) THEN false
+                  ELSE (SELECT r.id FROM jobs_job AS r WHERE r.tenant = l.tenant AND r.state = 'READY'
+                        ORDER BY r.priority DESC LIMIT 1) IS NULL
+                  END
         ) AS gone, {finished} AS finished
     ) AS g LEFT JOIN claimed AS c ON true
 """
@@ -356,16 +397,29 @@ def finish_pg(*, worker: str, clock: Clock, finish: Finishes) -> set[int]:
     """Mark `finish` DONE in one statement (PostgreSQL); returns the ids
     written (the others had lost their fence)."""
     params = _Params(worker=worker)
-    _bind_finishes(params, finish)
-    sql = "WITH " + _FINISH_PG.format(now=params.clock(clock, 0, "now")).rstrip().rstrip(",")
+    form = _bind_finishes(params, finish)
+    sql = "WITH " + _finish_sql(params.clock(clock, 0, "now"), form).rstrip().rstrip(",")
     with connection.cursor() as cursor:
         cursor.execute(sql + " SELECT id FROM finished", params)
         return {row[0] for row in cursor.fetchall()}
 
 
-def _bind_finishes(params: "_Params", finish: Finishes) -> None:
+def _bind_finishes(params: "_Params", finish: Finishes | None) -> str | None:
+    """Bind `finish` in the form its size asks for; returns the form's name
+    (None: nothing to finish)."""
+    if not finish:
+        return None
+    if len(finish.ids) == 1:
+        params.update(finish_id=finish.ids[0], finish_epoch=finish.epochs[0], finish_result=finish.results[0],
+                      finish_tenant=finish.tenants[0])
+        return "one"
     params.update(finish_ids=list(finish.ids), finish_epochs=list(finish.epochs),
                   finish_results=list(finish.results), finish_tenants=list(finish.tenants))
+    return "many"
+
+
+def _finish_sql(now: str, form: str) -> str:
+    return _FINISH_PG.format(now=now, finish_rows=_FINISH_FORMS[form].rows, finish_key=_FINISH_FORMS[form].key)
 
 
 def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None) -> tuple[list[Job], set[int]]:
@@ -421,8 +475,7 @@ def _tenants(sql: str, params: dict) -> list[str]:
 def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0,
                finish: Finishes | None = None) -> tuple[str, dict]:
     params = _Params(worker=worker, cap=cap)
-    if finish:
-        _bind_finishes(params, finish)
+    finish_form = _bind_finishes(params, finish)
     now = params.clock(clock, 0, "now")
     until = params.clock(clock, ttl, "until")
     if template in (_FAIR_PG, _CAP_TENANTS_PG):
@@ -441,13 +494,13 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
     action_filter = f"AND action IN ({params.bind('action', actions)})" if actions else ""
     # The text depends only on the statement's shape; a worker claims with
     # one shape all day, so it is formatted once, not on every claim.
-    shape = (template, now, until, tenants_cte, tenant_filter, action_filter, bool(cap), int(limit), bool(finish))
+    shape = (template, now, until, tenants_cte, tenant_filter, action_filter, bool(cap), int(limit), finish_form)
     sql = _SQL_TEXT.get(shape)
     if sql is None:
         if len(_SQL_TEXT) >= 256:
             _SQL_TEXT.clear()
         sql = _SQL_TEXT[shape] = _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap,
-                                         limit, bool(finish))
+                                         limit, finish_form)
     return sql, params
 
 
@@ -460,7 +513,8 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
     # nested loops over primary keys.
     sizes = {"limit": int(limit), "sample": max(SAMPLE_TENANTS, int(limit)), "newest": NEWEST_TENANTS,
              "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
-    returning = ", ".join(f"j.{c}" for c in JOB_COLUMNS) if template is not _SQLITE else ", ".join(JOB_COLUMNS)
+    # (The updates that return a job join no other table: the names are the job's.)
+    returning = ", ".join(JOB_COLUMNS)
     return _compact(template.format(
         returning=returning,
         tenants=tenants_cte.format(**sizes),
@@ -469,9 +523,10 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         tenant_filter=tenant_filter,
         action_filter=action_filter,
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
-        finish=_FINISH_PG.format(now=now) if finish else "",
-        finishing_load=_FINISHING_LOAD if finish else "",
+        finish=_finish_sql(now, finish) if finish else "",
+        finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
+        leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
         **sizes,
     ))
@@ -483,7 +538,7 @@ def _compact(sql: str) -> str:
     $n) in a cache instead of redoing it on every claim — a tenth of a
     millisecond of the worker's CPU per job. (The templates hold no string
     literal with "--" or significant whitespace.)"""
-    return " ".join(re.sub(r"--[^\n]*", "", sql).split())
+    return " ".join(re.sub(r"--[^\n]*", "", sql).split()).replace("( ", "(").replace(" )", ")")
 
 
 def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:

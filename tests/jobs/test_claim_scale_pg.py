@@ -292,7 +292,7 @@ def _generic_plan_on_jobs(sql: str, params: dict) -> list[tuple[str, str | None,
             cursor.execute(f"EXPLAIN (FORMAT JSON) {execute}")
             plan = cursor.fetchone()[0]
         finally:
-            cursor.execute("DEALLOCATE ALL")
+            cursor.execute("DEALLOCATE generic_probe")
             cursor.execute("RESET plan_cache_mode")
     return _scans_of_jobs(json.loads(plan) if isinstance(plan, str) else plan)
 
@@ -347,6 +347,42 @@ def test_the_generic_plan_of_finish_and_claim_reads_jobs_by_key_not_by_every_lea
         by_state = [scan for scan in on_jobs if scan[1] == "job_state_tenant"]
         assert all("tenant" in cond for _, _, cond in by_state), by_state
         assert _only_index_reads([scan[:2] for scan in on_jobs]), (limit, on_jobs)
+
+
+@pytest.mark.parametrize("tenants", [1, 3])
+def test_the_generic_plan_reads_jobs_by_key_when_statistics_say_the_table_is_empty(tenants):
+    """A queue table analysed (autovacuum) while it held work, then drained
+    and analysed again empty, gets a burst: the statistics say "no rows",
+    the physical size says "many pages". A worker's prepared statement gets
+    a generic plan made from those statistics and keeps it until the next
+    ANALYZE — a plan that read the table (or all of an index) to find the
+    rows to finish or lease, or every READY row to check whether a sampled
+    tenant still has work, cost a full scan per claim. Every read of
+    jobs_job goes by key, and the emptiness check by the tenant's own
+    index entries."""
+    store = Store()
+    store.enqueue_many(JobSpec(f"gone{i % 50}", f"g{i:05d}") for i in range(20_000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")  # column statistics of a queue with work
+        cursor.execute("DELETE FROM jobs_jobevent")
+        cursor.execute("DELETE FROM jobs_job")
+        cursor.execute("ANALYZE jobs_job")  # reltuples 0, relpages as many as 20,000 rows fill
+    store.enqueue_many(JobSpec(f"t{i % tenants}", f"k{i:05d}") for i in range(20_000))
+    jobs = store.claim_batch("w", limit=10)
+    finish = claim_sql.Finishes(ids=[j.id for j in jobs], epochs=[j.lease_epoch for j in jobs],
+                                tenants=[j.tenant for j in jobs], results=[None] * len(jobs))
+    for template, limit, with_finish in ((claim_sql._FAIR_PG, 1, True), (claim_sql._FAIR_PG, 1, False),
+                                         (claim_sql._FAIR_PG, 100, True), (claim_sql._GLOBAL_PG, 1, True),
+                                         (claim_sql._GLOBAL_PG, 100, False)):
+        listed = ["t0"] if template is claim_sql._GLOBAL_PG else None
+        sql, params = claim_sql._statement(template, "w", Clock(None), 30, listed, ["jobs.noop"], limit,
+                                           finish=finish if with_finish else None)
+        on_jobs = _generic_plan_on_jobs(sql, params)
+        assert _only_index_reads([scan[:2] for scan in on_jobs]), (template is claim_sql._FAIR_PG, limit, on_jobs)
+        # No read of jobs_job without a key: a bitmap or index scan whose
+        # only condition is the state reads every READY (or LEASED) row.
+        keyless = [scan for scan in on_jobs if scan[0] != "ModifyTable" and not ("id" in scan[2] or "tenant" in scan[2])]
+        assert not keyless, (template is claim_sql._FAIR_PG, limit, with_finish, keyless)
 
 
 def test_a_worker_finishing_and_claiming_thousands_of_jobs_keeps_a_flat_plan():
