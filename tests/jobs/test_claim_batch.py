@@ -212,3 +212,46 @@ def test_finish_and_claim_under_a_lease_cap_frees_the_slot_before_claiming(store
     assert store.claim_next("w2", now=10) is None  # at its cap
     claimed, lost = store.finish_and_claim("w", [(job, None)], limit=1, now=11)
     assert lost == [] and [j.key for j in claimed] == ["k1"]
+
+
+# ---------------------------------------------------------------- the jobs a claim returns
+
+
+def _fields(job: Job) -> dict:
+    return {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
+
+
+@pytest.mark.django_db
+def test_a_claimed_job_is_the_model_the_orm_loads_and_saves_as_an_update(store):
+    store.enqueue("t", "k", payload={"n": [1, "two"]}, priority=3)
+    [job] = store.claim_batch("w", limit=1)
+    loaded = Job.objects.get(pk=job.pk)
+    assert _fields(job) == _fields(loaded)
+    # Timestamps in the same zone object the ORM gives (a claim reads them
+    # with psycopg's compiled loader on PostgreSQL, then puts them in it).
+    stamps = [f.attname for f in Job._meta.concrete_fields if f.get_internal_type() == "DateTimeField"]
+    assert job.created_at is not None and job.lease_until is not None
+    assert [repr(getattr(job, name)) for name in stamps] == [repr(getattr(loaded, name)) for name in stamps]
+    assert (job._state.adding, job._state.db) == (False, loaded._state.db)
+    assert job.payload == {"n": [1, "two"]} and job.lease_epoch == 1 and job.worker_id == "w"
+    job.last_error = "noted"
+    job.save(update_fields=["last_error"])  # an UPDATE of the row, not an INSERT
+    assert Job.objects.get(pk=job.pk).last_error == "noted" and Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_an_init_signal_receiver_sees_the_jobs_a_claim_builds(store):
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.key)
+
+    store.enqueue_many([JobSpec("t", "a"), JobSpec("t", "b")])
+    post_init.connect(receiver, sender=Job)
+    try:
+        claimed = store.claim_batch("w", limit=2)
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert sorted(seen) == sorted(job.key for job in claimed) == ["a", "b"]
