@@ -60,6 +60,7 @@ two claimers are serialised and never both see the same job as eligible; the
 tenant is chosen by a small exact query first (one per job of a batch).
 """
 
+import datetime
 import random
 import re
 import secrets
@@ -67,7 +68,7 @@ import zlib
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.datetime import TimestamptzLoader
@@ -548,7 +549,7 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:
     """Run a claim statement: the jobs it leased, and the ids of the
     finishes it wrote (with `finish`)."""
     with connection.cursor() as cursor:
-        fast = _fast_datetimes(cursor)
+        _fast_datetimes(cursor)
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     jobs, gone, finished = [], [], set()
@@ -556,7 +557,7 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:
         gone = row[-2] or gone
         finished = row[-1] or finished
         if row[0] is not None:
-            jobs.append(job_from_row(JOB_COLUMNS, row[:-2], fast_datetimes=fast))
+            jobs.append(job_from_row(JOB_COLUMNS, row[:-2]))
     if gone:
         _prune(gone)
     return jobs, set(finished)
@@ -589,29 +590,24 @@ JOB_COLUMNS = tuple(f.column for f in Job._meta.concrete_fields)
 _JOB_ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
 
 
-def _fast_datetimes(cursor) -> bool:
-    """Let this (PostgreSQL) cursor read timestamps with psycopg's own
-    loader, compiled, instead of Django's, which is pure Python (a fifth of
-    a batch worker's CPU went into it); `job_from_row(fast_datetimes=True)`
-    then puts them in the connection's zone, as Django's would. Not without
-    USE_TZ: Django's then returns naive datetimes."""
-    if connection.vendor != "postgresql" or connection.timezone is None:
-        return False
-    cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
-    return True
+def _fast_datetimes(cursor) -> None:
+    """Let this cursor read timestamps with psycopg's own loader, compiled,
+    instead of Django's, which is pure Python (a fifth of a batch worker's
+    CPU went into it) — where both give the same datetime: PostgreSQL with
+    USE_TZ and the connection in UTC (Django's default), where psycopg's
+    loader returns `datetime.timezone.utc` datetimes as Django's does."""
+    if connection.vendor == "postgresql" and connection.timezone is datetime.timezone.utc:
+        cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
-def _in_zone(value, expression, conn):
-    return None if value is None else value.astimezone(conn.timezone)
-
-
-def job_from_row(columns: tuple[str, ...], row, *, fast_datetimes: bool = False) -> Job:
+def job_from_row(columns: tuple[str, ...], row) -> Job:
     """A Job from a claim's returned row, converted as the ORM would (JSON,
-    datetimes on SQLite; with `fast_datetimes`, see `_fast_datetimes`).
-    `Job.objects.raw` does the same but re-resolves fields and converters
-    for every row — a millisecond on the hot path."""
-    converters = _converters(connection.vendor, columns, fast_datetimes)
-    values = [value if not convert else _apply(convert, value) for convert, value in zip(converters, row)]
+    datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
+    fields and converters for every row — a millisecond on the hot path."""
+    # The connection itself, not the thread-local proxy, for what follows.
+    db = connections[connection.alias]
+    converters = _converters(db.vendor, columns)
+    values = [value if not convert else _apply(convert, value, db) for convert, value in zip(converters, row)]
     if columns is JOB_COLUMNS and not (pre_init.has_listeners(Job) or post_init.has_listeners(Job)):
         # What `Model.from_db` makes of a full row, without `Model.__init__`
         # walking every field to set what is already known (a third of a
@@ -621,22 +617,22 @@ def job_from_row(columns: tuple[str, ...], row, *, fast_datetimes: bool = False)
         job.__dict__.update(zip(_JOB_ATTNAMES, values))
         job._state = ModelState()
         job._state.adding = False
-        job._state.db = connection.alias
+        job._state.db = db.alias
         return job
-    return Job.from_db(connection.alias, list(columns), values)
+    return Job.from_db(db.alias, list(columns), values)
 
 
-def _apply(converters, value):
+def _apply(converters, value, db):
     for convert, expression in converters:
-        value = convert(value, expression, connection)
+        value = convert(value, expression, db)
     return value
 
 
 _CONVERTERS: dict = {}
 
 
-def _converters(vendor: str, columns: tuple[str, ...], fast_datetimes: bool = False) -> list:
-    key = (vendor, columns, fast_datetimes)
+def _converters(vendor: str, columns: tuple[str, ...]) -> list:
+    key = (vendor, columns)
     if key not in _CONVERTERS:
         fields = {f.column: f for f in Job._meta.concrete_fields}
         resolved = []
@@ -644,8 +640,6 @@ def _converters(vendor: str, columns: tuple[str, ...], fast_datetimes: bool = Fa
             field = fields[column]
             col = field.get_col(Job._meta.db_table)
             found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
-            if fast_datetimes and field.get_internal_type() == "DateTimeField":
-                found = [_in_zone, *found]
             resolved.append([(convert, col) for convert in found])
         _CONVERTERS[key] = resolved
     return _CONVERTERS[key]
