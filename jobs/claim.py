@@ -552,12 +552,13 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:
         _fast_datetimes(cursor)
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    jobs, gone, finished = [], [], set()
+    claimed, gone, finished = [], [], set()
     for row in rows:
         gone = row[-2] or gone
         finished = row[-1] or finished
         if row[0] is not None:
-            jobs.append(job_from_row(JOB_COLUMNS, row[:-2]))
+            claimed.append(row[:-2])
+    jobs = jobs_from_rows(JOB_COLUMNS, claimed)
     if gone:
         _prune(gone)
     return jobs, set(finished)
@@ -601,25 +602,35 @@ def _fast_datetimes(cursor) -> None:
 
 
 def job_from_row(columns: tuple[str, ...], row) -> Job:
-    """A Job from a claim's returned row, converted as the ORM would (JSON,
+    """A Job from a claim's returned row (see `jobs_from_rows`)."""
+    return jobs_from_rows(columns, [row])[0]
+
+
+def jobs_from_rows(columns: tuple[str, ...], rows) -> list[Job]:
+    """Jobs from a claim's returned rows, converted as the ORM would (JSON,
     datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
     fields and converters for every row — a millisecond on the hot path."""
     # The connection itself, not the thread-local proxy, for what follows.
     db = connections[connection.alias]
     converters = _converters(db.vendor, columns)
-    values = [value if not convert else _apply(convert, value, db) for convert, value in zip(converters, row)]
-    if columns is JOB_COLUMNS and not (pre_init.has_listeners(Job) or post_init.has_listeners(Job)):
-        # What `Model.from_db` makes of a full row, without `Model.__init__`
-        # walking every field to set what is already known (a third of a
-        # batch worker's CPU went into building jobs). Only when no
-        # init signal has a receiver: those get a model built the usual way.
+    # What `Model.from_db` makes of a full row, without `Model.__init__`
+    # walking every field to set what is already known (a third of a batch
+    # worker's CPU went into building jobs) — unless an init signal has a
+    # receiver: then each job is built the usual way.
+    plain = columns is JOB_COLUMNS and not (pre_init.has_listeners(Job) or post_init.has_listeners(Job))
+    jobs = []
+    for row in rows:
+        values = [value if not convert else _apply(convert, value, db) for convert, value in zip(converters, row)]
+        if not plain:
+            jobs.append(Job.from_db(db.alias, list(columns), values))
+            continue
         job = Job.__new__(Job)
         job.__dict__.update(zip(_JOB_ATTNAMES, values))
         job._state = ModelState()
         job._state.adding = False
         job._state.db = db.alias
-        return job
-    return Job.from_db(db.alias, list(columns), values)
+        jobs.append(job)
+    return jobs
 
 
 def _apply(converters, value, db):
