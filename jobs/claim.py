@@ -201,6 +201,15 @@ _FINISH_FORMS = {
 _FINISHED_IDS = "ARRAY(SELECT id FROM finished)"
 _NOT_FINISHING = "NULL::bigint[]"
 
+# Whether a tenant has no READY job: a subquery per tenant, with the tenant
+# as a key condition (as an anti-join it could be planned as a filter over
+# every READY row of the claim index — a generic plan did, and each prune
+# read all the queue's READY entries) and in an order only the claim index
+# gives (else statistics from a time when one tenant held all the work make
+# a sequential scan look as cheap).
+_NO_READY = ("(SELECT r.id FROM jobs_job AS r WHERE r.tenant = {tenant} AND r.state = 'READY' "
+             "ORDER BY r.priority DESC LIMIT 1) IS NULL")
+
 # The sample: SAMPLE_TENANTS tenants after a random point of the slot order
 # (wrapping around to the start), plus the NEWEST_TENANTS.
 _TENANTS_SAMPLED = """
@@ -265,17 +274,10 @@ _FAIR_PG = """
     SELECT c.*, g.gone, g.finished FROM (
         -- Sampled tenants without a single READY job: taken out of the sample.
         SELECT ARRAY(
-            -- Subqueries per tenant, asked in this order (CASE): the heads
-            -- first; then the table, with the tenant as a key condition (as
-            -- an anti-join it could be planned as a filter over every READY
-            -- row of the claim index) and in an order only the claim index
-            -- gives (else statistics from a time when one tenant held all
-            -- the work make a sequential scan look as cheap).
+            -- Asked in this order (CASE): the heads first, then the table.
             SELECT l.tenant FROM load AS l
             WHERE CASE WHEN EXISTS (SELECT 1 FROM heads AS h WHERE h.tenant = l.tenant) THEN false
-                  ELSE (SELECT r.id FROM jobs_job AS r WHERE r.tenant = l.tenant AND r.state = 'READY'
-                        ORDER BY r.priority DESC LIMIT 1) IS NULL
-                  END
+                  ELSE {no_ready_l} END
         ) AS gone, {finished} AS finished
     ) AS g LEFT JOIN claimed AS c ON true
 """
@@ -530,6 +532,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         finish=_finish_sql(now, finish) if finish else "",
         finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
+        no_ready_l=_NO_READY.format(tenant="l.tenant"),
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
         **sizes,
@@ -564,6 +567,9 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:
     return jobs, set(finished)
 
 
+_PRUNE = "DELETE FROM jobs_readytenant AS t WHERE t.tenant = ANY(%(tenants)s) AND " + _NO_READY.format(tenant="t.tenant")
+
+
 def _prune(tenants: list[str]) -> None:
     """Take tenants without READY jobs out of the sample table — only rows no
     transaction adding work holds (SKIP LOCKED), and only if a fresh snapshot,
@@ -575,11 +581,7 @@ def _prune(tenants: list[str]) -> None:
         )
         locked = [row[0] for row in cursor.fetchall()]
         if locked:
-            cursor.execute(
-                "DELETE FROM jobs_readytenant AS r WHERE r.tenant = ANY(%s) "
-                "AND NOT EXISTS (SELECT 1 FROM jobs_job AS j WHERE j.tenant = r.tenant AND j.state = 'READY')",
-                [locked],
-            )
+            cursor.execute(_PRUNE, {"tenants": locked})
 
 
 # Every column of a job, in the order the claim statements return them

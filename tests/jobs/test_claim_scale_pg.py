@@ -383,6 +383,11 @@ def test_the_generic_plan_reads_jobs_by_key_when_statistics_say_the_table_is_emp
         # only condition is the state reads every READY (or LEASED) row.
         keyless = [scan for scan in on_jobs if scan[0] != "ModifyTable" and not ("id" in scan[2] or "tenant" in scan[2])]
         assert not keyless, (template is claim_sql._FAIR_PG, limit, with_finish, keyless)
+    # Taking drained tenants out of the sample checks each one's READY jobs
+    # the same way (as an anti-join, it read every READY entry per prune).
+    on_jobs = _generic_plan_on_jobs(claim_sql._PRUNE, {"tenants": ["t0", "drained"]})
+    assert on_jobs and all(kind in ("Index Scan", "Index Only Scan") and "tenant" in cond
+                           for kind, _, cond in on_jobs), on_jobs
 
 
 def test_a_worker_finishing_and_claiming_thousands_of_jobs_keeps_a_flat_plan():
