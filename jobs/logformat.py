@@ -31,19 +31,24 @@ class LogFormatter(logging.Formatter):
     def __init__(self, fmt: str = "text"):
         super().__init__()
         self.fmt = fmt
-        self._ts: tuple[int, str] = (-1, "")
+        self._ts: tuple[int, str, str] = (-1, "", "")
 
     def _timestamp(self, created: float) -> str:
-        # Lines of one millisecond share their timestamp text (a batch
-        # worker writes many), so it is computed once per millisecond.
-        # One tuple, replaced whole: threads sharing the formatter never see
-        # one millisecond's key with another's text.
-        ms = int(created * 1000)
+        # The date, time and UTC offset are computed once per second (the
+        # local-time conversion is the dear part, and a worker writes two
+        # lines per job); each line only adds its milliseconds. One tuple,
+        # replaced whole: threads sharing the formatter never see one
+        # second's key with another's text.
+        second = int(created)
+        micros = round((created - second) * 1_000_000)  # as datetime rounds it
+        if micros == 1_000_000:
+            second, micros = second + 1, 0
         cached = self._ts
-        if cached[0] != ms:
-            cached = (ms, datetime.fromtimestamp(created).astimezone().isoformat(timespec="milliseconds"))
+        if cached[0] != second:
+            text = datetime.fromtimestamp(second).astimezone().isoformat(timespec="seconds")
+            cached = (second, text[:19], text[19:])  # "YYYY-MM-DDTHH:MM:SS", "+HH:MM"
             self._ts = cached
-        return cached[1]
+        return f"{cached[1]}.{micros // 1000:03d}{cached[2]}"
 
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "fields", None) or {"event": record.getMessage()}

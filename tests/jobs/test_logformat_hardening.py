@@ -3,8 +3,11 @@ and a server error's traceback reaches the console (item 8)."""
 
 import json
 import logging
+from datetime import datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobs.logformat import LogFormatter
 
@@ -53,3 +56,16 @@ def test_a_traceback_follows_its_line_indented_so_it_cannot_pass_for_a_log_line(
     assert any("ValueError: bad input" in line for line in trace)
     as_json = json.loads(LogFormatter("json").format(record(message="boom", exc_info=exc_info)))
     assert "ValueError: bad input" in as_json["traceback"]
+
+
+@given(st.lists(st.floats(min_value=0, max_value=4e9, allow_nan=False), min_size=1, max_size=20))
+def test_a_line_s_timestamp_is_its_record_s_time_to_the_millisecond(times):
+    """The formatter reuses each second's date text: a line still shows its
+    own time, rounded as `datetime` rounds it — also on a second's last
+    microsecond and for lines out of order (threads share the formatter)."""
+    formatter = LogFormatter("text")
+    for created in [*times, *(int(t) + 0.9999996 for t in times)]:
+        rec = record({"event": "job.done"})
+        rec.created = created
+        expected = datetime.fromtimestamp(created).astimezone().isoformat(timespec="milliseconds")
+        assert formatter.format(rec).split(" ")[0] == expected
