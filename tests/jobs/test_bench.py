@@ -1,10 +1,12 @@
 """`manage.py bench` smoke test: every section is printed and the bench
 leaves nothing behind. Speed is never asserted here (DESIGN §12)."""
 
+import re
+
 import pytest
 from django.db import connection
 
-from jobs.bench import BENCH_TENANTS, REFERENCE_TABLE
+from jobs.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
 from jobs.models import Job
 from jobs.store import Store
 
@@ -30,6 +32,8 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
     if connection.vendor == "postgresql":
         assert "NOTIFY (workers poll every 1 s)" in out
+        # WAL bytes per job, ours / the raw loop's: both measured.
+        assert re.search(r"  1 process .* [\d,]+ / [\d,]+ ", out), out
     else:
         assert "n/a" in out  # no reference loop on SQLite
 
@@ -41,3 +45,26 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
         ("studio", "send-quote-017", "READY"),
         ("bench-press-gym", "invoice-reminder-3", "READY"),
     }
+
+
+def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_ratios():
+    """`--repeat`: each pair's ours/ref is its own; the row shows their
+    median and range, and the median rates."""
+    row = Throughput(4, 1000, runs=[(1.0, 2_000_000), (2.0, 2_100_000), (1.25, 1_900_000)],
+                     ref_runs=[(0.5, 600_000), (1.0, 600_000), (1.25, 600_000)], claimed_by=[250] * 4)
+    assert row.ratios == [0.5, 0.5, 1.0]
+    assert row.ratio == 0.5
+    assert row.rate == 1000 / 1.25 and row.ref_rate == 1000 / 1.0
+    assert row.wal_per_job(row.runs) == 2000 and row.wal_per_job(row.ref_runs) == 600
+    out = render(Results(throughput=[row]))
+    assert "3 pairs of runs per row" in out
+    line = next(line for line in out.splitlines() if line.startswith("  4 processes"))
+    assert "50% (50%–100%)" in line and "2,000 / 600" in line and "MISS" in line
+
+
+@pytest.mark.django_db
+def test_repeat_must_be_at_least_one():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--repeat must be at least 1"):
+        call_command("bench", "--repeat", "0")

@@ -16,7 +16,8 @@ class Command(BaseCommand):
         "Speed figures on the configured database (DATABASE_URL), one run, one table: enqueue rate "
         "(one by one and enqueue_many); end-to-end no-op jobs/s through 1, 2, 4, 8 default run_worker "
         "processes (no --tenant: the fair claim users run) next to a minimal raw-psycopg SKIP LOCKED loop "
-        "in the same run (PostgreSQL only; n/a on SQLite), then with the jobs spread over --tenants "
+        "in the same run (PostgreSQL only; n/a on SQLite), with the WAL bytes each writes per job (--repeat "
+        "N: N such pairs side by side per row, medians), then with the jobs spread over --tenants "
         "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once; "
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
         "vs --claim-tenants tenants holding READY work; claim time with the table "
@@ -66,6 +67,11 @@ class Command(BaseCommand):
         parser.add_argument("--claim-tenants", type=int, default=None,
                             help=f"Tenants holding READY work in the claim-time-vs-tenants row, at most 10000 "
                                  f"(default {FULL['claim_tenants']:,}).")
+        parser.add_argument("--repeat", type=int, default=1,
+                            help="Pairs of runs (ours, then the raw loop) per end-to-end row, side by side "
+                                 "(default 1). The rows then give the median rates and the median and range of "
+                                 "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
+                                 "steadier than one run's.")
         parser.add_argument("--quick", action="store_true",
                             help="Small sizes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
                                  + " (explicit options win).")
@@ -93,9 +99,10 @@ class Command(BaseCommand):
             batches=batches,
             batch_jobs=opts["batch_jobs"] if opts["batch_jobs"] is not None else sizes["batch_jobs"],
             claim_tenants=claim_tenants,
+            repeat=opts["repeat"],
         )
-        if config.jobs < 1 or config.latency_jobs < 1 or config.claims < 1 or config.latency_workers < 1:
-            raise CommandError("--jobs, --latency-jobs, --claims and --latency-workers must be at least 1")
+        if min(config.jobs, config.latency_jobs, config.claims, config.latency_workers, config.repeat) < 1:
+            raise CommandError("--jobs, --latency-jobs, --claims, --latency-workers and --repeat must be at least 1")
         if config.rows < 0 or config.latency_interval_ms < 0:
             raise CommandError("--rows and --latency-interval must not be negative")
         if not processes or min(processes) < 1:
