@@ -52,7 +52,10 @@ lock (`pg_try_advisory_xact_lock`, so a claimer never waits for a tenant
 another one is claiming — it moves on to the next), then claims for the
 locked tenants in a NEW statement whose snapshot sees every lease committed
 before the lock. Leases of a tenant are only ever granted under its lock;
-other tenants are not held back.
+other tenants are not held back. The tenants it tries are the sampled ones
+under the cap with an eligible job; when there are none, the tenants with
+READY work are walked from a random point until some are found, so a claim
+comes back empty only when no tenant can be served.
 
 SQLite has no row locks: the claim runs inside `BEGIN IMMEDIATE` (settings set
 `transaction_mode`), which takes the database's write lock before reading, so
@@ -296,23 +299,31 @@ _GLOBAL_PG = """
     SELECT c.*, NULL AS gone, g.finished FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """
 
-# With a lease cap: which tenants to try to lock, in the fair order (their
-# counts are from this statement's snapshot, a pre-filter only).
+# With a lease cap: which tenants to try to lock — under the cap and with
+# an eligible job — in the fair order (counts and jobs as this statement's
+# snapshot sees them: a pre-filter only; the claim counts again under the lock).
+_HAS_ELIGIBLE = "EXISTS (SELECT 1 FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter})"
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) AS leased
         FROM tenants AS t
     )
-    SELECT tenant FROM load WHERE leased < %(cap)s ORDER BY leased, lottery
+    SELECT tenant FROM load AS t WHERE leased < %(cap)s AND {has_eligible} ORDER BY leased, lottery
 """
 
-# The tenants of the globally first eligible jobs (the cap path's fallback).
-_CAP_TENANTS_GLOBAL_PG = """
-    SELECT DISTINCT tenant FROM (
-        SELECT tenant FROM jobs_job WHERE {eligible} {tenant_filter} {action_filter}
-        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
-        LIMIT {limit}
-    ) AS first
+# The cap path's fallback when every sampled tenant is at its cap (or has
+# only work for later): the tenants with READY work, walked from a random
+# point of the slot order (wrapping around) until {sample} are found under
+# the cap with an eligible job. It reads past the tenants at their cap, so
+# a claim comes back empty only when no tenant could be served.
+_CAP_TENANTS_ALL_PG = """
+    SELECT t.tenant FROM (
+        (SELECT tenant FROM jobs_readytenant WHERE slot >= %(slot)s ORDER BY slot)
+        UNION ALL
+        (SELECT tenant FROM jobs_readytenant WHERE slot < %(slot)s ORDER BY slot)
+    ) AS t
+    WHERE ({leased}) < %(cap)s AND {has_eligible}
+    LIMIT {sample}
 """
 
 # SQLite sorts NULLs first on its own (and has no NULLS FIRST in indexes).
@@ -448,8 +459,9 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
     with transaction.atomic():
         sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
         candidates = _tenants(sql, params)
-        if not candidates:
-            sql, params = _statement(_CAP_TENANTS_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit + 16)
+        if not candidates and not tenants:
+            # (A worker's listed tenants were all looked at already.)
+            sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
             candidates = _tenants(sql, params)
         locked = [t for t in candidates if _cap_lock(t, wait=False)]
         if not locked and candidates:
@@ -484,7 +496,7 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
     finish_form = _bind_finishes(params, finish)
     now = params.clock(clock, 0, "now")
     until = params.clock(clock, ttl, "until")
-    if template in (_FAIR_PG, _CAP_TENANTS_PG):
+    if template in (_FAIR_PG, _CAP_TENANTS_PG, _CAP_TENANTS_ALL_PG):
         if tenants:
             params["tenant_list"] = list(tenants)
             tenants_cte = _TENANTS_LISTED
@@ -533,6 +545,8 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
         no_ready_l=_NO_READY.format(tenant="l.tenant"),
+        has_eligible=_HAS_ELIGIBLE.format(tenant="t.tenant", eligible=_ELIGIBLE.format(now=now),
+                                          action_filter=action_filter),
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
         **sizes,

@@ -133,6 +133,14 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
              after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    Mutant("cap-fallback", "a capped claim goes past sampled tenants at their cap to ones it can serve", (
+        Edit("jobs/claim.py", "if not candidates and not tenants:", "if False:"),),
+        ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),
+        postgres=True),
+    Mutant("cap-eligible", "a capped claim tries only tenants with an eligible job", (
+        Edit("jobs/claim.py", "WHERE leased < %(cap)s AND {has_eligible}", "WHERE leased < %(cap)s"),),
+        ("tests/jobs/test_fairness.py::test_under_a_cap_tenants_with_only_later_work_do_not_hide_the_ones_with_work_now",),
+        postgres=True),
     Mutant("skip-locked-tenant", "concurrent claimers step over locked rows (the claim for listed tenants)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="\n_GLOBAL_PG = \"\"\""),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
