@@ -38,6 +38,14 @@ or the sample's work is all scheduled for later) the plain claim runs
 (`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
 so contention never makes a busy queue look empty.
 
+One tenant: when a thread's last default claim saw at most one tenant with
+READY work (the sample holds every tenant when there are few), its next
+claim is the plain one for that tenant, named from `jobs_readytenant` — a
+fifth less server CPU than the fair statement. It takes nothing unless its
+own snapshot still holds at most one such tenant, so it chooses exactly what
+the fair claim would; otherwise (or when it finds nothing) the fair claim
+runs in a second statement.
+
 Plan stability: "READY jobs of tenant T in claim order" has exactly one index
 that can answer it (`job_claim_tenant`; migration 0007 keeps READY rows out of
 `job_state_tenant` and drops the old global-order index), and the locking
@@ -67,6 +75,7 @@ import datetime
 import random
 import re
 import secrets
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -274,7 +283,7 @@ _FAIR_PG = """
         LIMIT {limit}
     ),
 """ + _LEASE_AND_LOG_PG + """
-    SELECT c.*, g.gone, g.finished FROM (
+    SELECT c.*, g.gone, g.finished, (SELECT count(*) FROM load) AS population FROM (
         -- Sampled tenants without a single READY job: taken out of the sample.
         SELECT ARRAY(
             -- Asked in this order (CASE): the heads first, then the table.
@@ -290,14 +299,21 @@ _FAIR_PG = """
 _GLOBAL_PG = """
     WITH {finish} candidate AS (
         SELECT id FROM jobs_job
-        WHERE {eligible} {tenant_filter} {action_filter}
+        WHERE {eligible} {tenant_filter} {action_filter} {single_gate}
         ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ),
 """ + _LEASE_AND_LOG_PG + """
-    SELECT c.*, NULL AS gone, g.finished FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
+    SELECT c.*, NULL AS gone, g.finished, {population} AS population
+    FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """
+
+# How many tenants hold READY work, counted up to two (`jobs_readytenant`).
+_POPULATION = "(SELECT count(*) FROM (SELECT 1 FROM jobs_readytenant LIMIT 2) AS p)"
+
+# Which claim a thread's next default claim starts with (see `_claim_pg`).
+_last_seen = threading.local()
 
 # With a lease cap: which tenants to try to lock — under the cap and with
 # an eligible job — in the fair order (counts and jobs as this statement's
@@ -443,9 +459,27 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
     if tenants and len(tenants) == 1 and not cap:
         # One tenant: there is no one to be fair to, and the global claim
         # (index job_claim_tenant) costs less.
-        return _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit, finish=finish))
-    jobs, finished = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
-                                      finish=finish))
+        return _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit, finish=finish))[:2]
+    finished: set[int] = set()
+    if not tenants and not cap and getattr(_last_seen, "one_tenant", False):
+        # The last claim saw one tenant with READY work at most (a queue
+        # most of whose days hold one tenant's work, a bench): the global
+        # claim, which costs a fifth less server CPU, but only if that is
+        # still so in this statement's snapshot — then it chooses exactly
+        # what the fair claim would. Else it claims nothing (its finishes
+        # are written) and the fair claim runs; so it does when the one
+        # tenant had nothing to claim (it prunes a drained tenant).
+        jobs, finished, population = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, None, actions, limit,
+                                                      finish=finish, one_tenant=True))
+        if jobs or population == 0:
+            return jobs, finished
+        finish = None
+    jobs, written, population = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
+                                                 finish=finish))
+    finished |= written
+    if not tenants and not cap:
+        # (The sample holds every tenant when there are few: one means one.)
+        _last_seen.one_tenant = population <= 1
     if not jobs and not cap:
         # (The finishes were written by the first statement.)
         jobs = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit))[0]
@@ -491,7 +525,7 @@ def _tenants(sql: str, params: dict) -> list[str]:
 
 
 def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0,
-               finish: Finishes | None = None) -> tuple[str, dict]:
+               finish: Finishes | None = None, one_tenant: bool = False) -> tuple[str, dict]:
     params = _Params(worker=worker, cap=cap)
     finish_form = _bind_finishes(params, finish)
     now = params.clock(clock, 0, "now")
@@ -512,20 +546,21 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
     action_filter = f"AND action IN ({params.bind('action', actions)})" if actions else ""
     # The text depends only on the statement's shape; a worker claims with
     # one shape all day, so it is formatted once, not on every claim.
-    shape = (template, now, until, tenants_cte, tenant_filter, action_filter, bool(cap), int(limit), finish_form)
+    shape = (template, now, until, tenants_cte, tenant_filter, action_filter, bool(cap), int(limit), finish_form,
+             one_tenant)
     sql = _SQL_TEXT.get(shape)
     if sql is None:
         if len(_SQL_TEXT) >= 256:
             _SQL_TEXT.clear()
         sql = _SQL_TEXT[shape] = _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap,
-                                         limit, finish_form)
+                                         limit, finish_form, one_tenant)
     return sql, params
 
 
 _SQL_TEXT: dict[tuple, str] = {}
 
 
-def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap, limit, finish) -> str:
+def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap, limit, finish, one_tenant) -> str:
     # Sizes are written into the statement, not bound: with them known, even
     # a generic (prepared) plan expects a handful of rows and keeps the
     # nested loops over primary keys.
@@ -549,6 +584,13 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
                                           action_filter=action_filter),
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
+        # The one-tenant claim takes nothing unless at most one tenant holds
+        # READY work, and names it: a key for the claim index (an ordered
+        # walk without one was planned, from some statistics, over another
+        # index of every job).
+        single_gate=f"AND {_POPULATION} <= 1 AND tenant = (SELECT r.tenant FROM jobs_readytenant AS r LIMIT 1)"
+        if one_tenant else "",
+        population=_POPULATION if one_tenant else "NULL::bigint",
         **sizes,
     ))
 
@@ -562,23 +604,25 @@ def _compact(sql: str) -> str:
     return " ".join(re.sub(r"--[^\n]*", "", sql).split()).replace("( ", "(").replace(" )", ")")
 
 
-def _run(sql: str, params: dict) -> tuple[list[Job], set[int]]:
-    """Run a claim statement: the jobs it leased, and the ids of the
-    finishes it wrote (with `finish`)."""
+def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None]:
+    """Run a claim statement: the jobs it leased, the ids of the finishes it
+    wrote (with `finish`) and how many tenants with READY work it saw (the
+    fair claim: its sample's size; the one-tenant claim: up to two)."""
     with connection.cursor() as cursor:
         _fast_datetimes(cursor)
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    claimed, gone, finished = [], [], set()
+    claimed, gone, finished, population = [], [], set(), None
     for row in rows:
-        gone = row[-2] or gone
-        finished = row[-1] or finished
+        gone = row[-3] or gone
+        finished = row[-2] or finished
+        population = row[-1]
         if row[0] is not None:
-            claimed.append(row[:-2])
+            claimed.append(row[:-3])
     jobs = jobs_from_rows(JOB_COLUMNS, claimed)
     if gone:
         _prune(gone)
-    return jobs, set(finished)
+    return jobs, set(finished), population
 
 
 _PRUNE = "DELETE FROM jobs_readytenant AS t WHERE t.tenant = ANY(%(tenants)s) AND " + _NO_READY.format(tenant="t.tenant")

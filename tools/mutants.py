@@ -141,6 +141,10 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "WHERE leased < %(cap)s AND {has_eligible}", "WHERE leased < %(cap)s"),),
         ("tests/jobs/test_fairness.py::test_under_a_cap_tenants_with_only_later_work_do_not_hide_the_ones_with_work_now",),
         postgres=True),
+    Mutant("one-tenant-gate", "the one-tenant claim takes nothing while two tenants hold READY work", (
+        Edit("jobs/claim.py", 'single_gate=f"AND {_POPULATION} <= 1 AND tenant', 'single_gate=f"AND tenant'),),
+        ("tests/jobs/test_claim_scale_pg.py::test_with_one_tenant_the_claim_is_the_tenant_s_own_and_a_second_tenant_"
+         "turns_the_fair_claim_back_on",), postgres=True),
     Mutant("skip-locked-tenant", "concurrent claimers step over locked rows (the claim for listed tenants)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="\n_GLOBAL_PG = \"\"\""),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
