@@ -297,7 +297,7 @@ _FAIR_PG = """
 # Tenant-first like every claim: job_claim_tenant serves it (with one tenant
 # listed, "tenant" is a constant and the order is the tenant's claim order).
 _GLOBAL_PG = """
-    WITH {finish} candidate AS (
+    WITH {finish} {one_tenant_cte} candidate AS (
         SELECT id FROM jobs_job
         WHERE {eligible} {tenant_filter} {action_filter} {single_gate}
         ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
@@ -309,8 +309,12 @@ _GLOBAL_PG = """
     FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """
 
-# How many tenants hold READY work, counted up to two (`jobs_readytenant`).
-_POPULATION = "(SELECT count(*) FROM (SELECT 1 FROM jobs_readytenant LIMIT 2) AS p)"
+# The one-tenant claim's question, asked once: how many tenants hold READY
+# work (counted up to two, from `jobs_readytenant`), and which, if only one.
+_ONE_TENANT_CTE = """
+    ready_tenants AS MATERIALIZED (
+        SELECT count(*) AS n, min(p.tenant) AS tenant FROM (SELECT tenant FROM jobs_readytenant LIMIT 2) AS p
+    ),"""
 
 # Which claim a thread's next default claim starts with (see `_claim_pg`).
 _last_seen = threading.local()
@@ -588,9 +592,9 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         # READY work, and names it: a key for the claim index (an ordered
         # walk without one was planned, from some statistics, over another
         # index of every job).
-        single_gate=f"AND {_POPULATION} <= 1 AND tenant = (SELECT r.tenant FROM jobs_readytenant AS r LIMIT 1)"
-        if one_tenant else "",
-        population=_POPULATION if one_tenant else "NULL::bigint",
+        one_tenant_cte=_ONE_TENANT_CTE if one_tenant else "",
+        single_gate="AND tenant = (SELECT r.tenant FROM ready_tenants AS r WHERE r.n <= 1)" if one_tenant else "",
+        population="(SELECT r.n FROM ready_tenants AS r)" if one_tenant else "NULL::bigint",
         **sizes,
     ))
 
