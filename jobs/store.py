@@ -29,7 +29,7 @@ from . import notify
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
-from .models import Job
+from .models import Job, JobEvent
 from .retry import Decision, Failure, classify, decide
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
@@ -388,6 +388,16 @@ class Store:
             return lost
         written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=_finishes(done))
         return [job for job, _ in done if job.id not in written]
+
+    def finished_by(self, worker_id: str, jobs: list[Job]) -> set[int]:
+        """The ids of `jobs` (as claimed) that `worker_id` itself finished
+        under the epoch it claimed them with: its finish is in their history.
+        How a worker whose connection broke mid-write learns that the write
+        went in after all (a lease's epoch is taken by one claim only, so no
+        other write can have recorded that finish)."""
+        epochs = {job.id: job.lease_epoch for job in jobs}
+        recorded = JobEvent.objects.filter(job_id__in=epochs, kind="finish", worker_id=worker_id)
+        return {job_id for job_id, epoch in recorded.values_list("job_id", "epoch") if epochs[job_id] == epoch}
 
     def finish_and_claim(
         self,

@@ -131,8 +131,11 @@ class Worker:
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
         self._counters: dict = {}  # outcome → its Prometheus counter child
-        # Per slot thread: successes not yet written. The slot's next claim
-        # writes them in the same statement (`Store.finish_and_claim`).
+        # Per slot thread: successes not yet written (`pending`). The slot's
+        # next claim writes them in the same statement
+        # (`Store.finish_and_claim`). `doubt` holds, by job id, when to give
+        # up on a finish whose write broke with the connection (see
+        # `_in_doubt`).
         self._batch = threading.local()
 
     # ------------------------------------------------------------ lifecycle
@@ -269,7 +272,7 @@ class Worker:
     def _slot(self, number: int) -> None:
         cfg = self.config
         failures = 0
-        self._batch.pending = []
+        self._batch.pending, self._batch.doubt = [], {}
         try:
             while not self._stopping.is_set():
                 with self._work:
@@ -302,7 +305,7 @@ class Worker:
         finally:
             # Stopping: the successes not yet written are written alone.
             try:
-                self._flush(number)
+                self._flush(number, final=True)
             finally:
                 # A connection may only be closed by the thread that opened it.
                 connections.close_all()
@@ -310,17 +313,17 @@ class Worker:
     def _finish_and_claim(self, number: int) -> list[Job]:
         """Write the slot's pending successes and claim the next work — one
         statement on PostgreSQL, so a job costs one round trip and one
-        commit. If that fails, nothing of it was written: a database error
-        leaves the successes to their leases (recovery runs them again, as
-        after any failed write); any other refusal writes them on their own
-        first, so each still gets its outcome."""
+        commit. A connection that breaks leaves the successes in doubt: they
+        are sent again with the next claim, once reconnected (`_in_doubt`);
+        any other refusal writes them on their own first, so each still gets
+        its outcome."""
         cfg = self.config
         pending, self._batch.pending = self._batch.pending, []
         try:
             jobs, lost = self.store.finish_and_claim(cfg.worker_id, pending, limit=cfg.batch, tenants=cfg.tenants,
                                                      actions=cfg.actions, ttl=cfg.lease_ttl)
         except (OperationalError, InterfaceError) as exc:
-            self._unrecorded_many(pending, exc)
+            self._in_doubt(pending, exc)
             raise
         except Exception:
             self._batch.pending = pending
@@ -441,9 +444,9 @@ class Worker:
                     oldest = oldest or time.monotonic()
                 if oldest and time.monotonic() - oldest > cfg.heartbeat_interval / 3:
                     self._flush(number)
-                    oldest = None
+                    oldest = None if not self._batch.pending else time.monotonic()
         except BaseException:
-            self._flush(number)
+            self._flush(number, final=True)
             raise
         finally:
             # The successes left pending are written by the next claim, an
@@ -452,16 +455,21 @@ class Worker:
                 for key in held:
                     self._running.pop(key, None)
 
-    def _flush(self, number: int) -> None:
-        """Write the slot's pending successes now, without claiming."""
+    def _flush(self, number: int, *, final: bool = False) -> None:
+        """Write the slot's pending successes now, without claiming. If the
+        connection breaks they stay in doubt for the slot's next write —
+        unless this is the slot's last write (`final`)."""
         pending, self._batch.pending = getattr(self._batch, "pending", None) or [], []
         if not pending:
             return
         try:
             lost = self.store.finish_many(self.config.worker_id, pending)
         except (OperationalError, InterfaceError) as exc:
-            self._unrecorded_many(pending, exc)
-            close_old_connections()
+            if final:  # the slot's last write
+                self._unrecorded_many(pending, exc)
+            else:
+                self._in_doubt(pending, exc)
+            connections.close_all()
             return
         except Exception as exc:  # noqa: BLE001 - one job's refusal must not cost the others their outcome
             # The batched write was refused as a whole: write each finish on
@@ -475,9 +483,18 @@ class Worker:
 
     def _written(self, number: int, pending: list, lost: list[Job]) -> None:
         """Report successes a statement wrote: `lost` are those whose fence
-        had moved (nothing was written for them)."""
+        had moved (nothing was written for them) — or, for a finish sent
+        again after a broken connection, whose first write had gone in."""
         if not pending:
             return
+        doubt = getattr(self._batch, "doubt", None)
+        if doubt:
+            again = [job for job in lost if job.id in doubt]
+            if again:
+                mine = self.store.finished_by(self.config.worker_id, again)
+                lost = [job for job in lost if job.id not in mine]
+            for job, _ in pending:
+                doubt.pop(job.id, None)
         lost_ids = {job.id for job in lost}
         batched = self.config.batch > 1
         for job, _ in pending:
@@ -495,6 +512,28 @@ class Worker:
             for key in [k for k, r in self._running.items()
                         if isinstance(k, tuple) and k[0] == number and r.ctx.job.id in written]:
                 del self._running[key]
+
+    def _in_doubt(self, pending: list, exc: Exception) -> None:
+        """The connection broke while `pending` successes were being written:
+        the commit may or may not have happened. They are kept and sent
+        again under the same fences by the slot's next write, so the
+        database settles it — written then, or already written by the
+        first try (`Store.finished_by`), or lost if the fence moved. A
+        success still unwritten a lease's length after its first failure
+        is given up: its lease expires and recovery runs the job again."""
+        if not pending:
+            return
+        doubt, now = self._batch.doubt, time.monotonic()
+        kept, given_up = [], []
+        for job, outcome in pending:
+            deadline = doubt.setdefault(job.id, now + self.config.lease_ttl)
+            (kept if now < deadline else given_up).append((job, outcome))
+        for job, _ in given_up:
+            del doubt[job.id]
+        self._batch.pending = kept + self._batch.pending
+        if kept:
+            self._event("job.write_in_doubt", level=logging.WARNING, error=_describe(exc), jobs=len(kept))
+        self._unrecorded_many(given_up, exc)
 
     def _unrecorded_many(self, pending: list, exc: Exception) -> None:
         # Not recorded: the leases expire and recovery runs the jobs again.

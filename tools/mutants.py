@@ -176,6 +176,16 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/inbound.py", "    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):",
              "    if False:"),),
         ("tests/jobs/test_inbound.py::test_a_bad_signature_is_refused_and_nothing_is_applied",)),
+    Mutant("in-doubt-trusts-lost", "a finish sent again after a broken connection counts as done only if it was written", (
+        Edit("jobs/worker.py", "mine = self.store.finished_by(self.config.worker_id, again)",
+             "mine = {job.id for job in again}"),),
+        ("tests/jobs/test_worker_writes.py",)),
+    Mutant("flush-keeps-doubt", "a batch's early write that breaks keeps its finishes for the next write", (
+        Edit("jobs/worker.py", "            if final:  # the slot's last write", "            if True:"),),
+        ("tests/jobs/test_worker_writes.py",)),
+    Mutant("finished-by-epoch", "a worker's finish counts only under the epoch it claimed", (
+        Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
+        ("tests/jobs/test_worker_writes.py",)),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
         ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",

@@ -1,15 +1,19 @@
 """What a worker does when recording a handler's outcome fails: the fence
 moved before the heartbeat noticed (the result is discarded), or the
 database refused the write (recorded once as NEEDS_ATTENTION), or the
-database could not be reached (the job is left to expire and be recovered).
-In-process workers on the real database; the failing write is refused by the
-database itself (a trigger), not by a mock."""
+connection broke during the write (the finish is in doubt: sent again until
+the database settles it, or given up after a lease's length and the job is
+recovered). In-process workers on the real database; a failing write is
+refused by the database itself (a trigger), and a reply lost after the commit
+is a real commit followed by a connection error."""
 
+import time
+from collections import Counter
 from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from jobs.actions import action
@@ -30,10 +34,25 @@ def taken_over_while_running(ctx):
     return {"sent": True}
 
 
-def run_until_idle(worker_id="w1") -> Worker:
-    worker = Worker(WorkerConfig(worker_id=worker_id, until_idle=True, poll_interval=0.05, lease_ttl=60))
+RUNS: Counter = Counter()
+
+
+@action("test.counted")
+def counted(ctx):
+    """Counts how often each job's handler ran."""
+    RUNS[ctx.key] += 1
+    return {"run": RUNS[ctx.key]}
+
+
+def run_until_idle(worker_id="w1", *, lease_ttl=60.0, store: Store | None = None, batch: int = 1) -> Worker:
+    worker = Worker(WorkerConfig(worker_id=worker_id, until_idle=True, poll_interval=0.05, lease_ttl=lease_ttl,
+                                 batch=batch), store=store)
     worker.run()
     return worker
+
+
+def events(caplog, name: str) -> list[dict]:
+    return [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == name]
 
 
 def test_a_result_whose_fence_moved_before_the_heartbeat_noticed_is_discarded(store, caplog):
@@ -49,16 +68,17 @@ def test_a_result_whose_fence_moved_before_the_heartbeat_noticed_is_discarded(st
 
 
 @contextmanager
-def database_refuses_done(errcode: str = ""):
+def database_refuses_done(errcode: str = "", *, when: str = "TRUE"):
     """A trigger that makes the database refuse to mark any job DONE; on
-    PostgreSQL `errcode` picks the SQLSTATE (08006: the connection failed)."""
+    PostgreSQL `errcode` picks the SQLSTATE (08006: the connection failed)
+    and `when` narrows the refusal (SQL on NEW)."""
     using = f" USING ERRCODE = '{errcode}'" if errcode else ""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 "CREATE FUNCTION test_refuse_done() RETURNS trigger AS $$ BEGIN "
-                f"IF NEW.state = 'DONE' THEN RAISE EXCEPTION 'refused by the test trigger'{using}; END IF; "
-                "RETURN NEW; END $$ LANGUAGE plpgsql"
+                f"IF NEW.state = 'DONE' AND ({when}) THEN RAISE EXCEPTION 'refused by the test trigger'{using}; "
+                "END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
             )
             cursor.execute("CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs_job "
                            "FOR EACH ROW EXECUTE FUNCTION test_refuse_done()")
@@ -91,22 +111,175 @@ def test_an_outcome_the_database_refuses_is_recorded_once_for_an_operator(store,
 
 
 @pytest.mark.postgres
-def test_an_outcome_lost_with_the_connection_is_left_to_expire_and_the_job_runs_again(store, caplog):
-    store.enqueue("studio", "q-1")
+def test_a_finish_the_connection_broke_is_sent_again_and_the_handler_does_not_run_again(store, caplog):
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action="test.counted")
 
-    with database_refuses_done(errcode="08006"):
-        worker = run_until_idle()
+    # The first write of the finish fails as a broken connection does
+    # (nothing committed); a sequence is not rolled back with it.
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SEQUENCE test_refuse_once")
+    try:
+        with database_refuses_done(errcode="08006", when="nextval('test_refuse_once') = 1"):
+            worker = run_until_idle()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SEQUENCE test_refuse_once")
 
     job = Job.objects.get(key="q-1")
-    assert (job.state, job.lease_epoch, job.worker_id) == ("LEASED", 1, "w1")
+    assert (job.state, job.lease_epoch, job.worker_id, job.result) == ("DONE", 1, "w1", {"run": 1})
+    assert RUNS["q-1"] == 1
+    assert job.events.filter(kind="finish").count() == 1
+    assert (worker.stats["done"], worker.stats["unrecorded"], worker.stats["lost"]) == (1, 0, 0)
+    doubt = events(caplog, "job.write_in_doubt")
+    assert doubt and doubt[0]["jobs"] == 1 and "refused by the test trigger" in doubt[0]["error"]
+    assert not events(caplog, "job.write_failed")
+
+
+@pytest.mark.postgres
+def test_a_finish_that_cannot_be_written_within_a_lease_is_given_up_and_the_job_runs_again(store, caplog):
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action="test.counted")
+
+    # Every write of the first attempt's finish breaks. The worker sends it
+    # again until, a lease's length after the first failure, it gives up —
+    # unless its own housekeeping recovers the expired lease first, and the
+    # next try finds the fence moved. Either way that outcome is discarded.
+    with database_refuses_done(errcode="08006", when="NEW.lease_epoch = 1"):
+        worker = run_until_idle(lease_ttl=1.0)
+        doubt = events(caplog, "job.write_in_doubt")
+        assert doubt and "refused by the test trigger" in doubt[0]["error"]
+        given_up, lost = events(caplog, "job.write_failed"), events(caplog, "job.fence_lost")
+        assert (worker.stats["unrecorded"], worker.stats["lost"]) in {(1, 0), (0, 1)}
+        assert (len(given_up), len(lost)) == (worker.stats["unrecorded"], worker.stats["lost"])
+        assert not Job.objects.get(key="q-1").events.filter(kind="finish", epoch=1).exists()
+
+        # Its lease runs out (the worker may already have recovered and
+        # rerun it); recovery hands the job back and it runs to the end.
+        job = Job.objects.get(key="q-1")
+        if job.state == "LEASED":
+            recovered = store.recover_expired(now=job.lease_until + timedelta(seconds=1))
+            assert [(r.key, r.to_state) for r in recovered] == [("q-1", "READY")]
+            run_until_idle("w2")
+
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, job.result) == ("DONE", 2, {"run": 2})
+    assert RUNS["q-1"] == 2
+    assert list(job.events.filter(kind="finish").values_list("epoch", flat=True)) == [2]
+
+
+class LosesAReply(Store):
+    """The database is real; what is lost is the reply. The first write
+    carrying finishes either commits them and then reports a broken
+    connection (`committed=True`: the finishes went in, the claim after them
+    did not — as when a connection drops between the two) or, before anything
+    is written, lets `before` run (another process acting meanwhile) and
+    reports it. (Jobs a lost reply had claimed are not the worker's to run:
+    it never learnt of them, so their leases expire and recovery hands them
+    on, as after a crash.)"""
+
+    def __init__(self, *, committed: bool, before=lambda: None):
+        super().__init__()
+        self.committed, self.before, self.broken = committed, before, 0
+
+    def finish_and_claim(self, worker_id, done, **kwargs):
+        if done and not self.broken:
+            self.broken += 1
+            if self.committed:
+                assert not self.finish_many(worker_id, done)
+            else:
+                self.before()
+            raise OperationalError("server closed the connection unexpectedly")
+        return super().finish_and_claim(worker_id, done, **kwargs)
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_finishes_whose_reply_was_lost_after_the_commit_count_as_done_once(store, caplog, batch):
+    RUNS.clear()
+    keys = [f"q-{i}" for i in range(3)]
+    for key in keys:
+        store.enqueue("studio", key, action="test.counted")
+    flaky = LosesAReply(committed=True)
+
+    worker = run_until_idle(store=flaky, batch=batch)
+
+    assert flaky.broken == 1
+    for job in Job.objects.filter(key__in=keys):
+        assert (job.state, job.lease_epoch, job.result) == ("DONE", 1, {"run": 1})
+        assert job.events.filter(kind="finish").count() == 1
+    assert RUNS == Counter(dict.fromkeys(keys, 1))
+    # Sent again, refused by the fence — and found to be its own write.
+    assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (3, 0, 0)
+    assert not events(caplog, "job.fence_lost") and not events(caplog, "job.write_failed")
+
+
+def test_a_finish_in_doubt_whose_job_was_taken_over_meanwhile_is_lost(store, caplog):
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action="test.counted")
+
+    def taken_over():
+        # The worker seemed dead: its lease expired, recovery handed the
+        # job back and another worker claimed it (epoch 2).
+        Job.objects.filter(key="q-1").update(lease_until=timezone.now() - timedelta(seconds=1))
+        assert [r.key for r in store.recover_expired()] == ["q-1"]
+        assert store.claim("studio", "q-1", "w2") == 2
+
+    worker = run_until_idle(store=LosesAReply(committed=False, before=taken_over))
+
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, job.worker_id, job.result) == ("LEASED", 2, "w2", None)
     assert not job.events.filter(kind="finish").exists()
-    assert (worker.stats["unrecorded"], worker.stats["done"]) == (1, 0)
-    failed = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "job.write_failed"]
-    assert failed and "refused by the test trigger" in failed[0]["error"]
+    assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (0, 1, 0)
+    assert events(caplog, "job.fence_lost")
 
-    # The lease runs out; recovery hands the job back and it runs to the end.
-    recovered = store.recover_expired(now=job.lease_until + timedelta(seconds=1))
-    assert [(r.key, r.to_state) for r in recovered] == [("q-1", "READY")]
-    run_until_idle("w2")
-    job = Job.objects.get(key="q-1")
-    assert (job.state, job.lease_epoch, job.worker_id) == ("DONE", 2, "w2")
+
+@action("test.slow_counted")
+def slow_counted(ctx):
+    time.sleep(0.4)
+    return counted(ctx)
+
+
+class BreaksAFlush(Store):
+    """A batch's first early write of its finishes reports a broken
+    connection before anything is written."""
+
+    broken = 0
+
+    def finish_many(self, worker_id, done, **kwargs):
+        if not self.broken:
+            self.broken += 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return super().finish_many(worker_id, done, **kwargs)
+
+
+def test_a_batch_keeps_finishes_an_early_write_left_in_doubt_and_writes_them_with_the_rest(store, caplog):
+    RUNS.clear()
+    keys = [f"q-{i}" for i in range(3)]
+    for key in keys:
+        store.enqueue("studio", key, action="test.slow_counted")
+    flaky = BreaksAFlush()
+
+    # A third of the renewal interval (1 s) after its oldest unwritten
+    # success, a batch writes its successes early — and that write breaks.
+    worker = run_until_idle(store=flaky, batch=3, lease_ttl=3.0)
+
+    assert flaky.broken == 1
+    assert events(caplog, "job.write_in_doubt")[0]["jobs"] == 2
+    for job in Job.objects.filter(key__in=keys):
+        assert (job.state, job.lease_epoch, job.result) == ("DONE", 1, {"run": 1})
+    assert RUNS == Counter(dict.fromkeys(keys, 1))
+    assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (3, 0, 0)
+
+
+def test_finished_by_names_only_the_finishes_of_that_worker_under_that_epoch(store):
+    store.enqueue("studio", "q-1")
+    store.enqueue("studio", "q-2")
+    assert store.claim("studio", "q-1", "w1") == 1 and store.claim("studio", "q-2", "w1") == 1
+    store.finish("studio", "q-1", "w1", 1)
+    q1, q2 = Job.objects.get(key="q-1"), Job.objects.get(key="q-2")
+
+    assert store.finished_by("w1", [q1, q2]) == {q1.id}  # q-2 is still running
+    assert store.finished_by("w2", [q1]) == set()  # another worker's id
+    q1.lease_epoch = 2
+    assert store.finished_by("w1", [q1]) == set()  # another claim of the job
+    assert store.finished_by("w1", []) == set()
