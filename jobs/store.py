@@ -389,15 +389,17 @@ class Store:
         written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=_finishes(done))
         return [job for job, _ in done if job.id not in written]
 
-    def finished_by(self, worker_id: str, jobs: list[Job]) -> set[int]:
-        """The ids of `jobs` (as claimed) that `worker_id` itself finished
-        under the epoch it claimed them with: its finish is in their history.
-        How a worker whose connection broke mid-write learns that the write
-        went in after all (a lease's epoch is taken by one claim only, so no
-        other write can have recorded that finish)."""
+    def recorded_by(self, worker_id: str, jobs: list[Job], kind: str = "finish") -> dict[int, str]:
+        """Of `jobs` (as claimed), those whose outcome of `kind` (`finish`,
+        `wait`, `fail`) `worker_id` itself recorded under the epoch it
+        claimed them with, and the state each went to: the write is in their
+        history. How a worker whose connection broke mid-write learns that
+        the write went in after all (a lease's epoch is taken by one claim
+        only, so no other writer can have recorded that outcome)."""
         epochs = {job.id: job.lease_epoch for job in jobs}
-        recorded = JobEvent.objects.filter(job_id__in=epochs, kind="finish", worker_id=worker_id)
-        return {job_id for job_id, epoch in recorded.values_list("job_id", "epoch") if epochs[job_id] == epoch}
+        recorded = JobEvent.objects.filter(job_id__in=epochs, kind=kind, worker_id=worker_id)
+        return {job_id: to_state for job_id, epoch, to_state in recorded.values_list("job_id", "epoch", "to_state")
+                if epochs[job_id] == epoch}
 
     def finish_and_claim(
         self,

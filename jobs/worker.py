@@ -36,13 +36,17 @@ from . import metrics, notify
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, JobNotFound, UnknownAction
 from .models import Job
-from .retry import Failure
+from .retry import Decision, Failure
 from .states import State
 from .store import Store
 from .validation import describe_exception as _describe
 from .validation import json_problem
 
 log = logging.getLogger("jobs.worker")
+
+# The history event each outcome counter's write records (`_settle`); every
+# other outcome is a `fail`.
+_KINDS = {"done": "finish", "waiting": "wait"}
 
 
 def default_worker_id() -> str:
@@ -491,7 +495,7 @@ class Worker:
         if doubt:
             again = [job for job in lost if job.id in doubt]
             if again:
-                mine = self.store.finished_by(self.config.worker_id, again)
+                mine = self.store.recorded_by(self.config.worker_id, again, "finish")
                 lost = [job for job in lost if job.id not in mine]
             for job, _ in pending:
                 doubt.pop(job.id, None)
@@ -557,9 +561,10 @@ class Worker:
         An outcome the engine refuses (a result that is not strict JSON, a
         `Wait` into a state a handler may not choose, a `wake_at` that is not
         a time …) is not left to the lease expiring — that would run the
-        handler again — but recorded once as NEEDS_ATTENTION saying why."""
+        handler again — but recorded once as NEEDS_ATTENTION saying why. A
+        write the connection broke is in doubt (`_settle`)."""
         try:
-            decision = write()
+            decision = self._settle(job, write, _KINDS.get(counter, "fail"))
         except (Conflict, JobNotFound) as exc:
             self._lost(job, _describe(exc))
             return
@@ -576,12 +581,41 @@ class Worker:
             self._event(f"job.{counter}", job=job)
         self._count(counter)
 
+    def _settle(self, job: Job, write, kind: str):
+        """Run the fenced `write` of one job's outcome (its history event is
+        `kind`) and return what it returns. When the connection breaks, the
+        worker cannot know whether the write committed: it backs off,
+        reconnects and sends the same write again, until the database
+        settles it — written now; or refused by the fence because the first
+        try went in (its event names this worker and epoch: a `Decision`
+        for the state it reached is returned); or refused because the fence
+        moved (`Conflict`). Given up, raising the connection's error, a
+        lease's length after the first failure or when the worker stops."""
+        deadline, failures = None, 0
+        while True:
+            try:
+                return write()
+            except (Conflict, JobNotFound):
+                if deadline is not None:
+                    recorded = self.store.recorded_by(self.config.worker_id, [job], kind)
+                    if job.id in recorded:
+                        return Decision(State(recorded[job.id]), "recorded by the write the connection broke")
+                raise
+            except (OperationalError, InterfaceError) as exc:
+                now = time.monotonic()
+                deadline = deadline or now + self.config.lease_ttl
+                if now >= deadline or self._stopping.is_set():
+                    raise
+                failures += 1
+                self._event("job.write_in_doubt", level=logging.WARNING, job=job, error=_describe(exc))
+                self._db_backoff(exc, failures)
+
     def _record_refused(self, job: Job, refusal: Exception) -> None:
         reason = (f"the handler's outcome could not be recorded and was discarded "
                   f"({_describe(refusal)}); an operator must decide what happens next")
         try:
-            self.store.fail(job.tenant, job.key, self.config.worker_id, job.lease_epoch, error=reason,
-                            failure=Failure.ATTENTION)
+            self._settle(job, lambda: self.store.fail(job.tenant, job.key, self.config.worker_id, job.lease_epoch,
+                                                      error=reason, failure=Failure.ATTENTION), "fail")
         except (Conflict, JobNotFound) as exc:
             self._lost(job, _describe(exc))
             return

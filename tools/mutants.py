@@ -177,13 +177,20 @@ MUTANTS: list[Mutant] = [
              "    if False:"),),
         ("tests/jobs/test_inbound.py::test_a_bad_signature_is_refused_and_nothing_is_applied",)),
     Mutant("in-doubt-trusts-lost", "a finish sent again after a broken connection counts as done only if it was written", (
-        Edit("jobs/worker.py", "mine = self.store.finished_by(self.config.worker_id, again)",
+        Edit("jobs/worker.py", 'mine = self.store.recorded_by(self.config.worker_id, again, "finish")',
              "mine = {job.id for job in again}"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("flush-keeps-doubt", "a batch's early write that breaks keeps its finishes for the next write", (
         Edit("jobs/worker.py", "            if final:  # the slot's last write", "            if True:"),),
         ("tests/jobs/test_worker_writes.py",)),
-    Mutant("finished-by-epoch", "a worker's finish counts only under the epoch it claimed", (
+    Mutant("settle-trusts-conflict", "a wait or failure sent again counts as recorded only if it was written", (
+        Edit("jobs/worker.py", "recorded = self.store.recorded_by(self.config.worker_id, [job], kind)",
+             "recorded = {job.id: 'READY'}"),),
+        ("tests/jobs/test_worker_writes.py",)),
+    Mutant("settle-checks-history", "a wait or failure whose reply was lost is found in the history", (
+        Edit("jobs/worker.py", "                if deadline is not None:", "                if False:"),),
+        ("tests/jobs/test_worker_writes.py",)),
+    Mutant("recorded-by-epoch", "a worker's outcome counts only under the epoch it claimed", (
         Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (

@@ -16,8 +16,10 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from jobs.actions import action
+from jobs.actions import Wait, action
+from jobs.errors import TransientError
 from jobs.models import Job
+from jobs.states import State
 from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
 
@@ -44,6 +46,19 @@ def counted(ctx):
     return {"run": RUNS[ctx.key]}
 
 
+@action("test.counted_wait")
+def counted_wait(ctx):
+    RUNS[ctx.key] += 1
+    return Wait(State.WAITING_EXTERNAL, reason="the customer's reply")
+
+
+@action("test.counted_failure")
+def counted_failure(ctx):
+    RUNS[ctx.key] += 1
+    # Transient: retried, not before the test is over.
+    raise TransientError("the provider timed out", retry_after=600)
+
+
 def run_until_idle(worker_id="w1", *, lease_ttl=60.0, store: Store | None = None, batch: int = 1) -> Worker:
     worker = Worker(WorkerConfig(worker_id=worker_id, until_idle=True, poll_interval=0.05, lease_ttl=lease_ttl,
                                  batch=batch), store=store)
@@ -68,22 +83,22 @@ def test_a_result_whose_fence_moved_before_the_heartbeat_noticed_is_discarded(st
 
 
 @contextmanager
-def database_refuses_done(errcode: str = "", *, when: str = "TRUE"):
-    """A trigger that makes the database refuse to mark any job DONE; on
-    PostgreSQL `errcode` picks the SQLSTATE (08006: the connection failed)
-    and `when` narrows the refusal (SQL on NEW)."""
+def database_refuses_done(errcode: str = "", *, when: str = "TRUE", state: str = "DONE"):
+    """A trigger that makes the database refuse to move any job to `state`;
+    on PostgreSQL `errcode` picks the SQLSTATE (08006: the connection
+    failed) and `when` narrows the refusal (SQL on NEW)."""
     using = f" USING ERRCODE = '{errcode}'" if errcode else ""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 "CREATE FUNCTION test_refuse_done() RETURNS trigger AS $$ BEGIN "
-                f"IF NEW.state = 'DONE' AND ({when}) THEN RAISE EXCEPTION 'refused by the test trigger'{using}; "
+                f"IF NEW.state = '{state}' AND ({when}) THEN RAISE EXCEPTION 'refused by the test trigger'{using}; "
                 "END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
             )
             cursor.execute("CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs_job "
                            "FOR EACH ROW EXECUTE FUNCTION test_refuse_done()")
         else:
-            cursor.execute("CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs_job WHEN NEW.state = 'DONE' "
+            cursor.execute(f"CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs_job WHEN NEW.state = '{state}' "
                            "BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END")
     try:
         yield
@@ -110,49 +125,60 @@ def test_an_outcome_the_database_refuses_is_recorded_once_for_an_operator(store,
     assert (worker.stats["attention"], worker.stats["done"]) == (1, 0)
 
 
-@pytest.mark.postgres
-def test_a_finish_the_connection_broke_is_sent_again_and_the_handler_does_not_run_again(store, caplog):
-    RUNS.clear()
-    store.enqueue("studio", "q-1", action="test.counted")
+OUTCOMES = [  # action, the state its outcome writes, its history event, its counter
+    ("test.counted", "DONE", "finish", "done"),
+    ("test.counted_wait", "WAITING_EXTERNAL", "wait", "waiting"),
+    ("test.counted_failure", "READY", "fail", "retried"),
+]
 
-    # The first write of the finish fails as a broken connection does
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name, state, kind, counter", OUTCOMES)
+def test_an_outcome_whose_write_the_connection_broke_is_sent_again_and_the_handler_runs_once(
+        store, caplog, name, state, kind, counter):
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action=name)
+
+    # The first write of the outcome fails as a broken connection does
     # (nothing committed); a sequence is not rolled back with it.
     with connection.cursor() as cursor:
         cursor.execute("CREATE SEQUENCE test_refuse_once")
     try:
-        with database_refuses_done(errcode="08006", when="nextval('test_refuse_once') = 1"):
+        with database_refuses_done(errcode="08006", state=state, when="nextval('test_refuse_once') = 1"):
             worker = run_until_idle()
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP SEQUENCE test_refuse_once")
 
     job = Job.objects.get(key="q-1")
-    assert (job.state, job.lease_epoch, job.worker_id, job.result) == ("DONE", 1, "w1", {"run": 1})
+    assert (job.state, job.lease_epoch, job.attempts) == (state, 1, 1)
     assert RUNS["q-1"] == 1
-    assert job.events.filter(kind="finish").count() == 1
-    assert (worker.stats["done"], worker.stats["unrecorded"], worker.stats["lost"]) == (1, 0, 0)
+    assert job.events.filter(kind=kind).count() == 1
+    assert (worker.stats[counter], worker.stats["unrecorded"], worker.stats["lost"]) == (1, 0, 0)
     doubt = events(caplog, "job.write_in_doubt")
-    assert doubt and doubt[0]["jobs"] == 1 and "refused by the test trigger" in doubt[0]["error"]
+    assert doubt and "refused by the test trigger" in doubt[0]["error"]
     assert not events(caplog, "job.write_failed")
 
 
 @pytest.mark.postgres
-def test_a_finish_that_cannot_be_written_within_a_lease_is_given_up_and_the_job_runs_again(store, caplog):
+@pytest.mark.parametrize("name, state, kind, counter", OUTCOMES[:2])  # recovery itself writes READY
+def test_an_outcome_that_cannot_be_written_within_a_lease_is_given_up_and_the_job_runs_again(
+        store, caplog, name, state, kind, counter):
     RUNS.clear()
-    store.enqueue("studio", "q-1", action="test.counted")
+    store.enqueue("studio", "q-1", action=name)
 
-    # Every write of the first attempt's finish breaks. The worker sends it
+    # Every write of the first attempt's outcome breaks. The worker sends it
     # again until, a lease's length after the first failure, it gives up —
     # unless its own housekeeping recovers the expired lease first, and the
     # next try finds the fence moved. Either way that outcome is discarded.
-    with database_refuses_done(errcode="08006", when="NEW.lease_epoch = 1"):
+    with database_refuses_done(errcode="08006", state=state, when="NEW.lease_epoch = 1"):
         worker = run_until_idle(lease_ttl=1.0)
         doubt = events(caplog, "job.write_in_doubt")
         assert doubt and "refused by the test trigger" in doubt[0]["error"]
         given_up, lost = events(caplog, "job.write_failed"), events(caplog, "job.fence_lost")
         assert (worker.stats["unrecorded"], worker.stats["lost"]) in {(1, 0), (0, 1)}
         assert (len(given_up), len(lost)) == (worker.stats["unrecorded"], worker.stats["lost"])
-        assert not Job.objects.get(key="q-1").events.filter(kind="finish", epoch=1).exists()
+        assert not Job.objects.get(key="q-1").events.filter(kind=kind, epoch=1).exists()
 
         # Its lease runs out (the worker may already have recovered and
         # rerun it); recovery hands the job back and it runs to the end.
@@ -163,34 +189,65 @@ def test_a_finish_that_cannot_be_written_within_a_lease_is_given_up_and_the_job_
             run_until_idle("w2")
 
     job = Job.objects.get(key="q-1")
-    assert (job.state, job.lease_epoch, job.result) == ("DONE", 2, {"run": 2})
+    assert (job.state, job.lease_epoch) == (state, 2)
     assert RUNS["q-1"] == 2
-    assert list(job.events.filter(kind="finish").values_list("epoch", flat=True)) == [2]
+    assert list(job.events.filter(kind=kind).values_list("epoch", flat=True)) == [2]
 
 
 class LosesAReply(Store):
-    """The database is real; what is lost is the reply. The first write
-    carrying finishes either commits them and then reports a broken
-    connection (`committed=True`: the finishes went in, the claim after them
-    did not — as when a connection drops between the two) or, before anything
-    is written, lets `before` run (another process acting meanwhile) and
-    reports it. (Jobs a lost reply had claimed are not the worker's to run:
-    it never learnt of them, so their leases expire and recovery hands them
-    on, as after a crash.)"""
+    """The database is real; what is lost is the reply. The first write of an
+    outcome (finishes, a wait, a failure) either commits and then reports a
+    broken connection (`committed=True`: the reply was lost) or, before
+    anything is written, lets `before` run (another process acting
+    meanwhile) and reports it. A lost finish reply here commits only the
+    finishes, not the claim they travel with: jobs a lost reply had claimed
+    were never handed to the worker, so their leases expire and recovery
+    hands them on, as after a crash."""
 
     def __init__(self, *, committed: bool, before=lambda: None):
         super().__init__()
         self.committed, self.before, self.broken = committed, before, 0
 
+    def _break(self, commit) -> None:
+        self.broken += 1
+        if self.committed:
+            commit()
+        else:
+            self.before()
+        raise OperationalError("server closed the connection unexpectedly")
+
     def finish_and_claim(self, worker_id, done, **kwargs):
         if done and not self.broken:
-            self.broken += 1
-            if self.committed:
-                assert not self.finish_many(worker_id, done)
-            else:
-                self.before()
-            raise OperationalError("server closed the connection unexpectedly")
+            self._break(lambda: self.finish_many(worker_id, done))
         return super().finish_and_claim(worker_id, done, **kwargs)
+
+    def wait(self, *args, **kwargs):
+        if not self.broken:
+            self._break(lambda: super(LosesAReply, self).wait(*args, **kwargs))
+        return super().wait(*args, **kwargs)
+
+    def fail(self, *args, **kwargs):
+        if not self.broken:
+            self._break(lambda: super(LosesAReply, self).fail(*args, **kwargs))
+        return super().fail(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name, state, kind, counter", OUTCOMES[1:])
+def test_a_wait_or_failure_whose_reply_was_lost_after_the_commit_is_recorded_once(
+        store, caplog, name, state, kind, counter):
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action=name)
+    flaky = LosesAReply(committed=True)
+
+    worker = run_until_idle(store=flaky)
+
+    assert flaky.broken == 1
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, job.attempts) == (state, 1, 1)
+    assert RUNS["q-1"] == 1 and job.events.filter(kind=kind).count() == 1
+    # Sent again, refused by the fence — and found to be its own write.
+    assert (worker.stats[counter], worker.stats["lost"], worker.stats["unrecorded"]) == (1, 0, 0)
+    assert events(caplog, "job.write_in_doubt") and not events(caplog, "job.fence_lost")
 
 
 @pytest.mark.parametrize("batch", [1, 5])
@@ -213,23 +270,24 @@ def test_finishes_whose_reply_was_lost_after_the_commit_count_as_done_once(store
     assert not events(caplog, "job.fence_lost") and not events(caplog, "job.write_failed")
 
 
-def test_a_finish_in_doubt_whose_job_was_taken_over_meanwhile_is_lost(store, caplog):
+@pytest.mark.parametrize("name, state, kind, counter", OUTCOMES)
+def test_an_outcome_in_doubt_whose_job_was_taken_over_meanwhile_is_lost(store, caplog, name, state, kind, counter):
     RUNS.clear()
-    store.enqueue("studio", "q-1", action="test.counted")
+    store.enqueue("studio", "q-1", action=name)
 
     def taken_over():
-        # The worker seemed dead: its lease expired, recovery handed the
-        # job back and another worker claimed it (epoch 2).
+        # The worker seemed dead: its lease expired and another worker took
+        # the job over (epoch 2) — straight from the expired lease, or after
+        # the first worker's own housekeeping recovered it.
         Job.objects.filter(key="q-1").update(lease_until=timezone.now() - timedelta(seconds=1))
-        assert [r.key for r in store.recover_expired()] == ["q-1"]
         assert store.claim("studio", "q-1", "w2") == 2
 
     worker = run_until_idle(store=LosesAReply(committed=False, before=taken_over))
 
     job = Job.objects.get(key="q-1")
-    assert (job.state, job.lease_epoch, job.worker_id, job.result) == ("LEASED", 2, "w2", None)
-    assert not job.events.filter(kind="finish").exists()
-    assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (0, 1, 0)
+    assert (job.state, job.lease_epoch, job.worker_id) == ("LEASED", 2, "w2")
+    assert not job.events.filter(kind=kind).exists()
+    assert (worker.stats[counter], worker.stats["lost"], worker.stats["unrecorded"]) == (0, 1, 0)
     assert events(caplog, "job.fence_lost")
 
 
@@ -271,15 +329,17 @@ def test_a_batch_keeps_finishes_an_early_write_left_in_doubt_and_writes_them_wit
     assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (3, 0, 0)
 
 
-def test_finished_by_names_only_the_finishes_of_that_worker_under_that_epoch(store):
-    store.enqueue("studio", "q-1")
-    store.enqueue("studio", "q-2")
-    assert store.claim("studio", "q-1", "w1") == 1 and store.claim("studio", "q-2", "w1") == 1
+def test_recorded_by_names_only_that_worker_s_outcomes_of_that_kind_under_that_epoch(store):
+    for key in ("q-1", "q-2", "q-3"):
+        store.enqueue("studio", key)
+        assert store.claim("studio", key, "w1") == 1
     store.finish("studio", "q-1", "w1", 1)
-    q1, q2 = Job.objects.get(key="q-1"), Job.objects.get(key="q-2")
+    store.wait("studio", "q-3", "w1", 1, reason="the customer's reply")
+    q1, q2, q3 = (Job.objects.get(key=key) for key in ("q-1", "q-2", "q-3"))
 
-    assert store.finished_by("w1", [q1, q2]) == {q1.id}  # q-2 is still running
-    assert store.finished_by("w2", [q1]) == set()  # another worker's id
+    assert store.recorded_by("w1", [q1, q2, q3], "finish") == {q1.id: "DONE"}  # q-2 is still running
+    assert store.recorded_by("w1", [q1, q2, q3], "wait") == {q3.id: "WAITING_EXTERNAL"}
+    assert store.recorded_by("w2", [q1], "finish") == {}  # another worker's id
     q1.lease_epoch = 2
-    assert store.finished_by("w1", [q1]) == set()  # another claim of the job
-    assert store.finished_by("w1", []) == set()
+    assert store.recorded_by("w1", [q1], "finish") == {}  # another claim of the job
+    assert store.recorded_by("w1", [], "finish") == {}
