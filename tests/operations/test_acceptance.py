@@ -175,3 +175,28 @@ def test_chaos_kills_workers_without_duplicating_or_losing_an_email(manage):
     assert kills >= 1, out
     assert Job.objects.filter(tenant="chaos", state="DONE").count() == 50
     assert Operation.objects.filter(tenant="chaos", state="ACCEPTED", receipt__isnull=False).count() == 50
+
+
+@pytest.mark.postgres
+def test_chaos_cuts_the_fleet_s_database_connections_without_duplicating_or_losing_an_email(manage):
+    # As a database restart or failover does, between worker kills.
+    result = manage.run("chaos", "--jobs", "40", "--kills", "2", "--cut-connections", "4", "--seed", "23",
+                        "--workers", "3", timeout=180)
+
+    out = result.stdout
+    assert "1 message(s): 40 job(s)" in out, out
+    assert "duplicates: 0  lost: 0  stray messages: 0" in out, out
+    cuts = int(re.search(r"connections cut (\d+)/4", out).group(1))
+    assert cuts >= 1, out
+    assert re.search(r"^handler attempts per job \(histogram\): 1 \d+", out, re.M), out
+    assert "worker writes: " in out, out
+    assert Job.objects.filter(tenant="chaos", state="DONE").count() == 40
+
+
+def test_chaos_refuses_to_cut_connections_on_sqlite(manage, settings):
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        pytest.skip("the refusal is SQLite's")
+    result = manage.run("chaos", "--jobs", "1", "--cut-connections", "1", check=False)
+
+    assert result.returncode != 0
+    assert "--cut-connections needs PostgreSQL" in result.stderr

@@ -4,8 +4,10 @@ The claim under test (DESIGN §6): a restart never sends twice and never
 loses an obligation. The command starts a provider simulator (its own
 temporary storage), enqueues `--jobs` `connectors.send_email` jobs, runs
 `--workers` worker processes and SIGKILLs one at random moments `--kills`
-times (starting a replacement each time), then lets one clean worker run
-until every job has settled. It then reads the simulator's listing — the
+times (starting a replacement each time) — and, on PostgreSQL, cuts every
+connection the fleet holds `--cut-connections` times, as a database restart
+or failover does — then lets one clean worker run until every job has
+settled. It then reads the simulator's listing — the
 customer-visible effects — and the database, prints the figures and exits
 non-zero on any duplicate or lost job.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -60,13 +63,17 @@ class Verdict:
 class Command(BaseCommand):
     help = (
         "Send --jobs emails through a provider simulator it starts while SIGKILLing real worker processes "
-        "at random moments; then run a clean worker until idle and report messages per job, jobs, "
-        "operations and receipts. Exits non-zero on any duplicate or lost job."
+        "(and, with --cut-connections, cutting their database connections) at random moments; then run a "
+        "clean worker until idle and report messages and handler attempts per job, the workers' outcome "
+        "writes, jobs, operations and receipts. Exits non-zero on any duplicate or lost job."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--jobs", type=int, default=50, help="Emails to send (one job each). Default 50.")
         parser.add_argument("--kills", type=int, default=10, help="SIGKILLs to deliver. Default 10.")
+        parser.add_argument("--cut-connections", type=int, default=0, metavar="N",
+                            help="PostgreSQL only: N times, at random moments among the kills, terminate every "
+                                 "database connection the workers hold (a restart or failover). Default 0.")
         parser.add_argument("--workers", type=int, default=3, help="Worker processes alive at once. Default 3.")
         parser.add_argument("--concurrency", type=int, default=2, help="Handler threads per worker. Default 2.")
         parser.add_argument("--mode", choices=MODES, default="idempotent",
@@ -95,8 +102,11 @@ class Command(BaseCommand):
         for name in ("jobs", "workers", "concurrency"):
             if opts[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
-        if opts["kills"] < 0 or opts["lease_ttl"] <= 0 or opts["read_timeout"] <= 0:
-            raise CommandError("--kills must not be negative; --lease-ttl and --read-timeout must be positive")
+        if opts["kills"] < 0 or opts["cut_connections"] < 0 or opts["lease_ttl"] <= 0 or opts["read_timeout"] <= 0:
+            raise CommandError("--kills and --cut-connections must not be negative; --lease-ttl and --read-timeout "
+                               "must be positive")
+        if opts["cut_connections"] and connection.vendor != "postgresql":
+            raise CommandError("--cut-connections needs PostgreSQL (DATABASE_URL=postgres://…)")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
         rng = random.Random(seed)
         run = f"chaos-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -106,6 +116,10 @@ class Command(BaseCommand):
         self.deadline = started + opts["deadline"]
         self.opts, self.rng, self.workdir, self.prefix, self.tenant = opts, rng, workdir, prefix, opts["tenant"]
         self.launched = 0
+        if opts["cut_connections"]:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT now()")  # the database's clock, as pg_stat_activity's
+                self.since = cursor.fetchone()[0]
 
         sim_options = {
             "stall_after_accept": opts["stall_after_accept"], "stall_probability": opts["stall_probability"],
@@ -120,13 +134,13 @@ class Command(BaseCommand):
                 "PYTHONUNBUFFERED": "1",
             }
             self._enqueue(PROVIDER_FOR_SIMULATOR_MODE[opts["mode"]])
-            kills = self._chaos_phase()
+            kills, cuts = self._chaos_phase()
             self._clean_phase()
             messages = sim.messages()
         elapsed = time.monotonic() - started
 
         verdict = self._judge(messages)
-        self._report(verdict, messages, kills=kills, seed=seed, run=run, elapsed=elapsed)
+        self._report(verdict, messages, kills=kills, cuts=cuts, seed=seed, run=run, elapsed=elapsed)
         if verdict.ok and not opts["keep_logs"]:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
@@ -151,8 +165,9 @@ class Command(BaseCommand):
         ]
         Store().enqueue_many(specs, actor="chaos")
 
-    def _chaos_phase(self) -> int:
-        """Run the fleet and kill at random moments; returns the kills delivered."""
+    def _chaos_phase(self) -> tuple[int, int]:
+        """Run the fleet, kill workers and cut connections at random
+        moments; returns the kills and cuts delivered."""
         workers = [self._start_worker() for _ in range(self.opts["workers"])]
         # The first kill is only interesting once work is in flight.
         give_up = min(self.deadline, time.monotonic() + STARTUP_LIMIT)
@@ -163,13 +178,20 @@ class Command(BaseCommand):
                     worker.wait()
                 raise CommandError(f"no worker claimed a job within {STARTUP_LIMIT:g}s; see the logs in {self.workdir}")
             time.sleep(0.05)
-        kills = 0
-        while kills < self.opts["kills"] and self._unsettled() and time.monotonic() < self.deadline:
+        faults = ["kill"] * self.opts["kills"] + ["cut"] * self.opts["cut_connections"]
+        self.rng.shuffle(faults)
+        delivered = Counter()
+        for fault in faults:
+            if not self._unsettled() or time.monotonic() >= self.deadline:
+                break
             time.sleep(self.rng.uniform(0.05, 0.5))
+            if fault == "cut":
+                delivered["cut"] += bool(self._cut_connections())
+                continue
             victim = self.rng.choice(workers)
             if victim.poll() is None:
                 victim.send_signal(signal.SIGKILL)
-                kills += 1
+                delivered["kill"] += 1
             victim.wait()
             workers[workers.index(victim)] = self._start_worker()
         for worker in workers:
@@ -180,7 +202,19 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-        return kills
+        return delivered["kill"], delivered["cut"]
+
+    def _cut_connections(self) -> int:
+        """Terminate every connection to this database opened since the run
+        began but this command's own — the fleet's claim, heartbeat and
+        LISTEN connections; returns how many."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= %s",
+                [self.since],
+            )
+            return cursor.fetchone()[0]
 
     def _clean_phase(self) -> None:
         """One clean worker until idle, again as long as jobs are merely
@@ -277,19 +311,23 @@ class Command(BaseCommand):
                 verdict.lost.append((job.key, f"{job.state}: {job.last_error[:200]}"))
         return verdict
 
-    def _report(self, verdict: Verdict, messages, *, kills: int, seed: int, run: str, elapsed: float) -> None:
+    def _report(self, verdict: Verdict, messages, *, kills: int, cuts: int, seed: int, run: str,
+                elapsed: float) -> None:
         o = self.opts
         jobs_by_state = Counter(dict(self._jobs().values_list("state").annotate(n=Count("id")).order_by()))
         write = self.stdout.write
         write(f"chaos run {run}: {o['jobs']} jobs, mode {o['mode']}, {o['workers']} workers x{o['concurrency']}, "
-              f"kills {kills}/{o['kills']}, lease ttl {o['lease_ttl']}s, read timeout {o['read_timeout']}s, "
-              f"seed {seed}")
+              f"kills {kills}/{o['kills']}, connections cut {cuts}/{o['cut_connections']}, "
+              f"lease ttl {o['lease_ttl']}s, read timeout {o['read_timeout']}s, seed {seed}")
         write(f"simulator faults: stall {o['stall_after_accept']}s p={o['stall_probability']}, "
               f"error rate {o['error_rate']}, throttle rate {o['throttle_rate']}")
         write("messages per job (histogram):")
         for count in sorted(verdict.histogram):
             write(f"  {count} message(s): {verdict.histogram[count]} job(s)")
         write(f"messages accepted by the provider: {len(messages)}")
+        write("handler attempts per job (histogram): "
+              + _counts(Counter(dict(self._jobs().values_list("attempts").annotate(n=Count("id")).order_by()))))
+        write("worker writes: " + _counts(self._writes_in_logs()))
         write("jobs by state: " + _counts(jobs_by_state))
         write("operations by state: "
               + _counts(operations_by_state(tenant=self.tenant, job_key_prefix=self.prefix)))
@@ -301,6 +339,18 @@ class Command(BaseCommand):
         write(f"duplicates: {len(verdict.duplicates)}  lost: {len(verdict.lost)}  "
               f"stray messages: {verdict.stray_messages}")
         write(f"chaos: {'OK' if verdict.ok else 'FAILED'} in {elapsed:.1f}s")
+
+
+    def _writes_in_logs(self) -> Counter:
+        """How the workers' outcome writes went, from their logs: in doubt
+        after a broken connection, given up, lost to a moved fence."""
+        found = Counter()
+        for log in self.workdir.glob("worker-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                for event in ("job.write_in_doubt", "job.write_failed", "job.fence_lost"):
+                    if f" {event} " in line:
+                        found[event.removeprefix("job.")] += 1
+        return found
 
 
 def _counts(counter: Counter) -> str:
