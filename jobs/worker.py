@@ -15,7 +15,9 @@ Around them it:
   second signal exits at once.
 
 Safe to kill at any instant: every write is fenced, so a dead worker's job is
-simply recovered when its lease expires.
+simply recovered when its lease expires. Safe to lose the database under: an
+outcome whose write the connection broke is in doubt and sent again after
+reconnecting, under the same fence, until the database settles it.
 """
 
 import logging
