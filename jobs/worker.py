@@ -140,8 +140,8 @@ class Worker:
         # Per slot thread: successes not yet written (`pending`). The slot's
         # next claim writes them in the same statement
         # (`Store.finish_and_claim`). `doubt` holds, by job id, when to give
-        # up on a finish whose write broke with the connection (see
-        # `_in_doubt`).
+        # up on an outcome whose write broke with the connection
+        # (`_doubt_over`).
         self._batch = threading.local()
 
     # ------------------------------------------------------------ lifecycle
@@ -524,22 +524,28 @@ class Worker:
         the commit may or may not have happened. They are kept and sent
         again under the same fences by the slot's next write, so the
         database settles it — written then, or already written by the
-        first try (`Store.finished_by`), or lost if the fence moved. A
+        first try (`Store.recorded_by`), or lost if the fence moved. A
         success still unwritten a lease's length after its first failure
-        is given up: its lease expires and recovery runs the job again."""
+        is given up (`_doubt_over`)."""
         if not pending:
             return
-        doubt, now = self._batch.doubt, time.monotonic()
         kept, given_up = [], []
         for job, outcome in pending:
-            deadline = doubt.setdefault(job.id, now + self.config.lease_ttl)
-            (kept if now < deadline else given_up).append((job, outcome))
-        for job, _ in given_up:
-            del doubt[job.id]
+            (given_up if self._doubt_over(job) else kept).append((job, outcome))
         self._batch.pending = kept + self._batch.pending
         if kept:
             self._event("job.write_in_doubt", level=logging.WARNING, error=_describe(exc), jobs=len(kept))
         self._unrecorded_many(given_up, exc)
+
+    def _doubt_over(self, job: Job) -> bool:
+        """A write of `job`'s outcome broke with the connection: whether to
+        give up on it now — a lease's length after the first such failure,
+        when its lease has run out and recovery runs the job again."""
+        doubt, now = self._batch.doubt, time.monotonic()
+        if now < doubt.setdefault(job.id, now + self.config.lease_ttl):
+            return False
+        del doubt[job.id]
+        return True
 
     def _unrecorded_many(self, pending: list, exc: Exception) -> None:
         # Not recorded: the leases expire and recovery runs the jobs again.
@@ -593,24 +599,25 @@ class Worker:
         for the state it reached is returned); or refused because the fence
         moved (`Conflict`). Given up, raising the connection's error, a
         lease's length after the first failure or when the worker stops."""
-        deadline, failures = None, 0
-        while True:
-            try:
-                return write()
-            except (Conflict, JobNotFound):
-                if deadline is not None:
-                    recorded = self.store.recorded_by(self.config.worker_id, [job], kind)
-                    if job.id in recorded:
-                        return Decision(State(recorded[job.id]), "recorded by the write the connection broke")
-                raise
-            except (OperationalError, InterfaceError) as exc:
-                now = time.monotonic()
-                deadline = deadline or now + self.config.lease_ttl
-                if now >= deadline or self._stopping.is_set():
+        doubt, failures = self._batch.doubt, 0
+        try:
+            while True:
+                try:
+                    return write()
+                except (Conflict, JobNotFound):
+                    if job.id in doubt:
+                        recorded = self.store.recorded_by(self.config.worker_id, [job], kind)
+                        if job.id in recorded:
+                            return Decision(State(recorded[job.id]), "recorded by the write the connection broke")
                     raise
-                failures += 1
-                self._event("job.write_in_doubt", level=logging.WARNING, job=job, error=_describe(exc))
-                self._db_backoff(exc, failures)
+                except (OperationalError, InterfaceError) as exc:
+                    if self._doubt_over(job) or self._stopping.is_set():
+                        raise
+                    failures += 1
+                    self._event("job.write_in_doubt", level=logging.WARNING, job=job, error=_describe(exc))
+                    self._db_backoff(exc, failures)
+        finally:
+            doubt.pop(job.id, None)
 
     def _record_refused(self, job: Job, refusal: Exception) -> None:
         reason = (f"the handler's outcome could not be recorded and was discarded "

@@ -188,7 +188,7 @@ MUTANTS: list[Mutant] = [
              "recorded = {job.id: 'READY'}"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("settle-checks-history", "a wait or failure whose reply was lost is found in the history", (
-        Edit("jobs/worker.py", "                if deadline is not None:", "                if False:"),),
+        Edit("jobs/worker.py", "                    if job.id in doubt:", "                    if False:"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("recorded-by-epoch", "a worker's outcome counts only under the epoch it claimed", (
         Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
