@@ -8,3 +8,15 @@ class ConsoleConfig(AppConfig):
 
     name = "console"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The console's pages about a job, linked from the job's admin page
+        # (the engine offers the hook; it names no console URL).
+        from django.urls import reverse
+
+        from jobs.access import ATTENTION_QUEUE, REVIEW_QUEUE
+        from jobs.admin import register_job_link
+
+        register_job_link("Evidence timeline", lambda job: reverse("console:timeline", args=[job.pk]))
+        register_job_link("Decision page", lambda job: reverse("console:decide", args=[job.pk])
+                          if job.state in (REVIEW_QUEUE, ATTENTION_QUEUE) else "")

@@ -18,6 +18,7 @@ from jobs import access, review
 from jobs.actions import registered_actions
 from jobs.errors import JobError
 from jobs.models import Job, JobEvent
+from jobs.selectors import newest_events
 from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
@@ -33,7 +34,7 @@ SERVICES = {
 
 
 def _may_view(request):
-    if not request.user.has_perm("jobs.view_job"):
+    if not access.may_view_jobs(request.user):
         raise PermissionDenied
 
 
@@ -122,7 +123,7 @@ def decision_page(request, job_id):
     job = _job_or_404(request, job_id)
     scope = access.request_scope(request)
     operations = list(Operation.objects.filter(job=job).select_related("receipt").order_by("created_at"))
-    events = list(JobEvent.objects.filter(job=job).order_by("-id")[:20])
+    events = newest_events(job.pk, limit=20)
     allowed = {d.name: d for d in access.allowed_decisions(request.user, job, scope=scope)}
     in_doubt = [op for op in operations if op.state in IN_DOUBT]
     correction = review.correction_form(job) if "correct" in allowed else None

@@ -1,8 +1,8 @@
-"""Who may see and do what in the console (DESIGN §14) — the one place.
+"""Who may see and do what on the admin pages of jobs (DESIGN §14) — the one place.
 
 The engine knows nothing about companies or memberships: it asks the function
 named by the setting `DURABLE_TENANT_SCOPE` (a dotted path, provided by
-`company.scope`) which tenants a user may see and the role held in each, and
+the business app) which tenants a user may see and the role held in each, and
 combines that with the decision's permission and the job's state. Every
 admin list, page, action, filter, search, autocomplete and export, every
 custom view and every decision service asks here; nothing re-derives it in a
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.http import Http404
 from django.utils.module_loading import import_string
 
-from .states import State
+from .states import TRANSITIONS, State
 
 REVIEWER, OPERATOR, VIEWER = "reviewer", "operator", "viewer"
 ROLES = (REVIEWER, OPERATOR, VIEWER)
@@ -57,7 +57,8 @@ NOBODY = Scope()
 @dataclass(frozen=True)
 class Decision:
     """A human decision: the permission it needs, the roles that may take it
-    in the job's tenant and the job states it applies to."""
+    in the job's tenant and the job states it applies to (none: a decision on
+    a tenant's object, not on a job)."""
 
     name: str
     label: str
@@ -66,28 +67,48 @@ class Decision:
     states: frozenset
 
 
-DECISIONS = {
-    d.name: d
-    for d in [
-        Decision("approve", "Approve", "jobs.review_job", frozenset({REVIEWER}), frozenset({State.WAITING_REVIEW})),
-        Decision("reject", "Reject", "jobs.review_job", frozenset({REVIEWER}), frozenset({State.WAITING_REVIEW})),
-        Decision("correct", "Correct and approve", "jobs.review_job", frozenset({REVIEWER}),
-                 frozenset({State.WAITING_REVIEW})),
-        Decision("retry", "Retry now", "jobs.operate_job", frozenset({OPERATOR}), frozenset({State.NEEDS_ATTENTION})),
-        Decision("resolve", "Resolve with evidence", "jobs.operate_job", frozenset({OPERATOR}),
-                 frozenset({State.NEEDS_ATTENTION})),
-        Decision("cancel", "Cancel", "jobs.operate_job", frozenset({OPERATOR}), frozenset({State.NEEDS_ATTENTION})),
-        # What became of an operation in doubt (its job waits for a person).
-        Decision("decide_operation", "Decide operation", "operations.decide_operation", frozenset({OPERATOR}),
-                 frozenset({State.NEEDS_ATTENTION, State.WAITING_REVIEW})),
-        # Tenant-level operator decisions (no job state involved).
-        Decision("clear_pause", "Clear connector pause", "operations.decide_operation", frozenset({OPERATOR}),
-                 frozenset()),
-        Decision("requeue_outbox", "Requeue outbox event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
-        Decision("resolve_inbound", "Resolve inbound event", "jobs.operate_job", frozenset({OPERATOR}),
-                 frozenset()),
-    ]
-}
+# Where people take job decisions: reviewers on items waiting for review,
+# operators on items that need attention.
+REVIEW_QUEUE, ATTENTION_QUEUE = State.WAITING_REVIEW, State.NEEDS_ATTENTION
+
+
+def job_decision(name: str, label: str, permission: str, role: str, *, transition: str, queue: str) -> Decision:
+    """A decision that is one transition of the state machine, taken on the
+    items of one queue: it applies to the states the transition leaves from
+    (`states.TRANSITIONS`), narrowed to that queue — never a state the table
+    does not allow."""
+    states = TRANSITIONS[transition].sources & {queue}
+    if not states:
+        raise ValueError(f"decision {name}: transition {transition} does not leave {queue}")
+    return Decision(name, label, permission, frozenset({role}), frozenset(states))
+
+
+DECISIONS: dict[str, Decision] = {}
+
+
+def register_decision(decision: Decision) -> None:
+    """Add a decision (the app that owns it registers it, with its own
+    permission: the app recording external calls registers its own). Registering
+    the same decision again is harmless; another with the same name is an error."""
+    known = DECISIONS.setdefault(decision.name, decision)
+    if known != decision:
+        raise ValueError(f"another decision is already registered as {decision.name!r}")
+
+
+for _decision in [
+    job_decision("approve", "Approve", "jobs.review_job", REVIEWER, transition="approve", queue=REVIEW_QUEUE),
+    job_decision("reject", "Reject", "jobs.review_job", REVIEWER, transition="reject", queue=REVIEW_QUEUE),
+    job_decision("correct", "Correct and approve", "jobs.review_job", REVIEWER, transition="correct",
+                 queue=REVIEW_QUEUE),
+    job_decision("retry", "Retry now", "jobs.operate_job", OPERATOR, transition="retry", queue=ATTENTION_QUEUE),
+    job_decision("resolve", "Resolve with evidence", "jobs.operate_job", OPERATOR, transition="resolve",
+                 queue=ATTENTION_QUEUE),
+    job_decision("cancel", "Cancel", "jobs.operate_job", OPERATOR, transition="cancel", queue=ATTENTION_QUEUE),
+    # Tenant-level operator decisions on the engine's own events (no job state involved).
+    Decision("requeue_outbox", "Requeue outbox event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
+    Decision("resolve_inbound", "Resolve inbound event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
+]:
+    register_decision(_decision)
 
 
 class DecisionRefused(Exception):
@@ -114,6 +135,12 @@ def request_scope(request) -> Scope:
     if scope is None:
         scope = request._durable_scope = scope_of(request.user)
     return scope
+
+
+def may_view_jobs(user) -> bool:
+    """May `user` open the pages about jobs at all (queues, decision
+    pages, timelines, queue health)? Which jobs they then see is their scope."""
+    return user.has_perm("jobs.view_job")
 
 
 def refusal(user, decision: str, *, tenant: str, state: str | None = None, scope: Scope | None = None) -> str:

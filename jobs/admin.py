@@ -1,12 +1,14 @@
 """Jobs in the admin: read-only evidence within the user's tenants
 (`admin_scope.ScopedAdmin`). Decisions are not admin actions: they are taken
-on the console's decision pages (a note, the state the person saw, their
-role in the tenant — `jobs.review`), which these pages link to."""
+on pages of the app that offers them (a note, the state the person saw, their
+role in the tenant — `jobs.review`). That app adds its links to a job's page
+with `register_job_link`; the engine names no page of its own above it."""
+
+from collections.abc import Callable
 
 from django.contrib import admin, messages
-from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html_join
 
 from . import access
 from .admin_scope import ActionFilter, ScopedAdmin, TenantFilter
@@ -14,7 +16,7 @@ from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-onl
 from .errors import JobError
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
-from .states import State
+from .selectors import expired_leases
 
 
 class LeaseFilter(admin.SimpleListFilter):
@@ -29,7 +31,7 @@ class LeaseFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "expired":
-            return queryset.filter(state=State.LEASED, lease_until__lte=timezone.now())
+            return expired_leases(at=timezone.now(), jobs=queryset)
         return queryset
 
 
@@ -48,6 +50,17 @@ class OverdueFilter(admin.SimpleListFilter):
         return queryset
 
 
+# (label, function(job) -> URL, or "" when the link does not apply to this job)
+_job_links: list[tuple[str, Callable[[Job], str]]] = []
+
+
+def register_job_link(label: str, url_for: Callable[[Job], str]) -> None:
+    """Show a link on each job's admin page (another app's page about the
+    job). Registering the same label again replaces it."""
+    _job_links[:] = [(known, fn) for known, fn in _job_links if known != label]
+    _job_links.append((label, url_for))
+
+
 @admin.register(Job)
 class JobAdmin(ScopedAdmin):
     list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "next_attempt_at", "updated_at")
@@ -56,9 +69,9 @@ class JobAdmin(ScopedAdmin):
     search_help_text = "Job key, or the start of one (case-sensitive)."
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
-    readonly_fields = ("console",)
+    readonly_fields = ("links",)
     fieldsets = (
-        (None, {"fields": ("console", "tenant", "key", "action", "state", "wait_reason", "last_error", "payload")}),
+        (None, {"fields": ("links", "tenant", "key", "action", "state", "wait_reason", "last_error", "payload")}),
         ("Attempts and lease", {"fields": ("attempts", "max_attempts", "recoveries", "first_attempt_at",
                                            "next_attempt_at", "lease_epoch", "lease_until", "worker_id", "wake_at")}),
         ("Subject and result", {"fields": ("subject_type", "subject_id", "subject_version", "priority", "result",
@@ -74,12 +87,9 @@ class JobAdmin(ScopedAdmin):
         return queryset.filter(key__startswith=term), False
 
     @admin.display(description="Console")
-    def console(self, job):
-        timeline = reverse("console:timeline", args=[job.pk])
-        links = format_html('<a href="{}">Evidence timeline</a>', timeline)
-        if job.state in (State.WAITING_REVIEW, State.NEEDS_ATTENTION):
-            links = format_html('{} · <a href="{}">Decision page</a>', links, reverse("console:decide", args=[job.pk]))
-        return links
+    def links(self, job):
+        shown = [(url, label) for label, url_for in _job_links if (url := url_for(job))]
+        return format_html_join(" · ", '<a href="{}">{}</a>', shown) or "—"
 
 
 # ---------------------------------------------------------------- outbox, inbound events, timers (read-only)

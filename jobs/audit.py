@@ -1,4 +1,4 @@
-"""Consistency audit: what no machine will fix by itself (issue 12).
+"""Consistency audit (DESIGN §13): what no machine will fix by itself.
 
 `consistency_audit` looks for conditions that mean a part of the system is
 not doing its job, and files each one, once, as an item in the operators'
@@ -6,7 +6,7 @@ NEEDS_ATTENTION queue:
 
 - `stale-lease`: a lease expired longer than `AUDIT_STALE_LEASE_SECONDS` ago
   (recovery runs in every worker every ttl/3, so no worker is recovering);
-- `unknown-operation` (registered by the operations app): an operation
+- `unknown-operation` (registered by the app recording external calls): a call
   UNKNOWN for longer than its provider's idempotency retention — a resend or
   lookup can no longer settle it with certainty;
 - `quarantined-outbox`: an outbox event the relay gave up on;
@@ -33,6 +33,7 @@ from .actions import action
 from .clock import Clock
 from .errors import NeedsAttention
 from .models import Job, OutboxEvent, Timer
+from .selectors import expired_leases
 from .states import State
 from .store import Store
 
@@ -152,14 +153,12 @@ def _stale_since(at: datetime) -> datetime:
 
 def _stale_lease_holds(ref: str, at: datetime) -> bool:
     job_id, _, epoch = ref.partition("-e")
-    return Job.objects.filter(pk=job_id, state=State.LEASED, lease_epoch=epoch,
-                              lease_until__lt=_stale_since(at)).exists()
+    return expired_leases(at=_stale_since(at)).filter(pk=job_id, lease_epoch=epoch).exists()
 
 
 @audit_check("stale-lease", still_holds=_stale_lease_holds)
 def stale_leases(at: datetime, limit: int):
-    # Served by the partial index job_leased_expiry (LEASED rows only).
-    rows = Job.objects.filter(state=State.LEASED, lease_until__lt=_stale_since(at)).order_by("lease_until")[:limit]
+    rows = expired_leases(at=_stale_since(at)).order_by("lease_until")[:limit]
     for job in rows:
         yield Finding(
             "stale-lease", f"{job.pk}-e{job.lease_epoch}", job.tenant,

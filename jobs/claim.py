@@ -87,6 +87,7 @@ from psycopg.types.datetime import TimestamptzLoader
 
 from .clock import Clock
 from .models import Job
+from .selectors import ELIGIBLE_SQL
 
 # Tenants looked at per claim: a random run of the sample table...
 SAMPLE_TENANTS = 6
@@ -115,7 +116,6 @@ _SET_LEASED = """
     updated_at = {now}
 """
 
-_ELIGIBLE = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {now}"
 
 # Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
 _LEASE_AND_LOG_PG = """
@@ -576,7 +576,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         returning=returning,
         tenants=tenants_cte.format(**sizes),
         set_leased=_SET_LEASED.format(now=now, until=until),
-        eligible=_ELIGIBLE.format(now=now),
+        eligible=ELIGIBLE_SQL.format(now=now),
         tenant_filter=tenant_filter,
         action_filter=action_filter,
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
@@ -584,7 +584,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
         no_ready_l=_NO_READY.format(tenant="l.tenant"),
-        has_eligible=_HAS_ELIGIBLE.format(tenant="t.tenant", eligible=_ELIGIBLE.format(now=now),
+        has_eligible=_HAS_ELIGIBLE.format(tenant="t.tenant", eligible=ELIGIBLE_SQL.format(now=now),
                                           action_filter=action_filter),
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
@@ -731,7 +731,7 @@ def _least_loaded_tenant_sqlite(clock: Clock, tenants, actions) -> str | None:
         cursor.execute(
             f"""
             SELECT e.tenant FROM (SELECT DISTINCT tenant FROM jobs_job
-                                  WHERE {_ELIGIBLE.format(now=now)} {tenant_filter} {action_filter}) AS e
+                                  WHERE {ELIGIBLE_SQL.format(now=now)} {tenant_filter} {action_filter}) AS e
             LEFT JOIN (SELECT tenant, count(*) AS leased FROM jobs_job WHERE state = 'LEASED'
                        GROUP BY tenant) AS l ON l.tenant = e.tenant
             WHERE %(cap)s = 0 OR COALESCE(l.leased, 0) < %(cap)s

@@ -11,15 +11,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from django.db.models import Count, Min
+from django.db.models.functions import Coalesce
 
 from .clock import Clock
 from .models import InboundEvent, Job, OutboxEvent, Timer
+from .selectors import eligible_ready, expired_leases, live_jobs
 from .states import State
 
 __all__ = ["OutboxHealth", "TimerHealth", "InboundHealth", "JobHealth", "QueueHealth", "register_health_figure",
            "outbox_health", "timer_health", "inbound_health", "job_state_counts", "job_health", "queue_health"]
 
-# Figures other apps add (e.g. `operations`: operations in doubt) without the
+# Figures other apps add (e.g. external calls in doubt) without the
 # engine importing them: name → function(tenants or None) → int.
 _figures: dict[str, Callable[[list[str] | None], int]] = {}
 
@@ -166,7 +168,7 @@ def job_health(*, now: float | datetime | None = None, tenants: list[str] | None
     return JobHealth(
         by_tenant=by_tenant,
         oldest_ready_age_seconds=_age(at, ready),
-        expired_leases=jobs.filter(state=State.LEASED, lease_until__lte=at).count(),
+        expired_leases=expired_leases(at=at, jobs=jobs).count(),
         waiting_review=totals[State.WAITING_REVIEW],
         needs_attention=totals[State.NEEDS_ATTENTION],
     )
@@ -188,30 +190,22 @@ def queue_health(*, now: float | datetime | None = None, tenants: list[str] | No
 
 # ---------------------------------------------------------------- for /metrics and /readyz
 
-LIVE_STATES = [State.READY, State.LEASED, State.WAITING_EXTERNAL, State.WAITING_REVIEW, State.NEEDS_ATTENTION]
-
-
 def live_job_counts() -> dict[tuple[str, str], int]:
     """Jobs per (state, tenant) for the states work is in — never DONE or
     CANCELLED, whose history grows without bound (served by
     `job_state_tenant`; the cost follows the backlog, not the history)."""
-    rows = Job.objects.filter(state__in=LIVE_STATES).values_list("state", "tenant").annotate(n=Count("id"))
+    rows = live_jobs().values_list("state", "tenant").annotate(n=Count("id"))
     return {(state, tenant): n for state, tenant, n in rows.order_by()}
 
 
 def oldest_ready_age_seconds(*, now: float | datetime | None = None) -> float | None:
     """How long the longest-waiting eligible READY job has been eligible
     (since its `next_attempt_at`, or its creation): the queue's lag."""
-    from django.db.models import Q
-    from django.db.models.functions import Coalesce
-
     at = Clock.of(now).value()
-    eligible = Job.objects.filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at), state=State.READY)
-    oldest = eligible.aggregate(oldest=Min(Coalesce("next_attempt_at", "created_at")))["oldest"]
+    oldest = eligible_ready(at=at).aggregate(oldest=Min(Coalesce("next_attempt_at", "created_at")))["oldest"]
     return _age(at, oldest)
 
 
 def leases_expired(*, now: float | datetime | None = None) -> int:
     """LEASED jobs whose lease has run out, not yet recovered (`job_leased_expiry`)."""
-    at = Clock.of(now).value()
-    return Job.objects.filter(state=State.LEASED, lease_until__lte=at).count()
+    return expired_leases(at=Clock.of(now).value()).count()

@@ -55,8 +55,8 @@ well-formed.
 
 Correlation: the built-in correlator matches `correlation.job_key` (with
 `tenant`) to a job. Other apps add theirs with `register_correlator` — e.g.
-the operations app matches `correlation.client_reference` to the operation
-whose id it is, and so to that operation's job. The first correlator that
+one matching `correlation.client_reference` to the external call whose id
+it is, and so to that call's job. The first correlator that
 names a job wins.
 
 Applying, in one transaction: the job row is locked; a job in
@@ -385,7 +385,7 @@ def _unmatched(event: InboundEvent, note: str) -> None:
 def inbound_event_resolve(*, event_pk: int, actor: str, note: str, now: datetime | None = None) -> InboundEvent:
     """An operator clears the flag on an UNMATCHED event, saying what was
     done about it. Raises `InboundError` unless the event is UNMATCHED."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # a human decision: never nested
         event = InboundEvent.objects.select_for_update().filter(pk=event_pk).first()
         if event is None:
             raise InboundError(f"no inbound event {event_pk}")

@@ -52,7 +52,7 @@ from .models import OutboxEvent
 from .retry import RetryPolicy
 from .store import Store
 from .validation import describe_exception
-from .worker import periodic_task
+from .periodic import periodic_task
 
 __all__ = [
     "OutboxError",
@@ -358,7 +358,7 @@ def outbox_event_requeue(*, event_id, actor: str) -> OutboxEvent:
     (after its consumer was fixed). It is published after the events of its
     aggregate that overtook it while it was quarantined.
     Raises `OutboxError` unless the event is quarantined."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # a human decision: never nested
         event = OutboxEvent.objects.select_for_update().filter(pk=event_id).first()
         if event is None:
             raise OutboxError(f"no outbox event {event_id}")

@@ -1,4 +1,4 @@
-"""Retention: finished work does not pile up forever (issue 12, DESIGN §13).
+"""Retention: finished work does not pile up forever (DESIGN §13).
 
 `retention_sweep` does two things, oldest first, in bounded batches of
 `JOBS_RETENTION_BATCH` jobs, each batch its own short transaction (a sweep
@@ -7,17 +7,18 @@ keeps flowing while it runs):
 
 1. **Deletion** — DONE and CANCELLED jobs finished more than
    `JOBS_RETENTION_DAYS` ago are deleted with their history, timers, applied
-   inbound events, operations and receipts.
+   inbound events, and the rows registered apps tie to them (external calls
+   and their receipts).
 2. **Redaction** — DONE and CANCELLED jobs finished more than
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
-   operations app, their operations' request bodies) replaced by a marker;
+   registered apps, the request bodies of their external calls) replaced by a marker;
    `Job.redacted_at` records when. Keys, states, digests and history stay.
 
 Never touched: any job that is not DONE or CANCELLED, and any finished job
 something live still refers to — a PENDING timer, an UNMATCHED inbound event
 (an operator still has to look at it), or what an app that registered a
-`retention_dependent` says must be kept (operations: an operation still in
-doubt, or one an active connector pause names as its evidence). A table of
+`retention_dependent` says must be kept (an external call still in doubt,
+or one an active connector pause names as its evidence). A table of
 another app that PROTECTs a job keeps that job too (reported as kept).
 """
 
@@ -33,11 +34,9 @@ from django.db.utils import IntegrityError
 
 from .clock import Clock
 from .models import InboundEvent, Job, JobEvent, Timer
-from .states import State
+from .selectors import FINISHED
 
 __all__ = ["RetentionReport", "retention_sweep", "retention_dependent", "REDACTED"]
-
-FINISHED = [State.DONE, State.CANCELLED]
 
 
 def REDACTED(at: datetime) -> dict:
@@ -59,7 +58,7 @@ _dependents: dict[str, RetentionDependent] = {}
 
 
 def retention_dependent(name: str, *, keep, delete, redact) -> None:
-    """Register the rows of another app that belong to jobs (e.g. operations)."""
+    """Register the rows of another app that belong to jobs (e.g. external calls)."""
     _dependents[name] = RetentionDependent(name, keep, delete, redact)
 
 

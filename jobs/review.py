@@ -8,8 +8,8 @@ Every decision here:
   job has moved since, it is refused with "already decided by … at …" and
   nothing changes, so of two people deciding at once exactly one wins;
 - is allowed only by `jobs.access` (permission + role in the job's tenant +
-  the job's state) and by the guards other apps register for it (e.g.
-  `operations` refuses to resolve a job whose operation is in doubt);
+  the job's state) and by the guards other apps register for it (e.g. the
+  app recording external calls refuses to resolve a job whose call is in doubt);
 - is one transition of `states.py` through the Store, and writes its
   `JobEvent` (actor, note, from → to, epoch) and an admin `LogEntry` in the
   same transaction.
@@ -23,11 +23,12 @@ from django.db import transaction
 from . import access
 from .access import DecisionRefused
 from .actions import review_form
-from .models import Job, JobEvent
+from .models import Job
+from .selectors import newest_event
 from .store import Store
 
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "job_approve", "job_reject",
-           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen"]
+           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen", "job_for_decision"]
 
 
 class AlreadyDecided(DecisionRefused):
@@ -51,13 +52,20 @@ def check_seen(job: Job, seen_event: int | None) -> None:
     (None: the caller saw no page, e.g. a script — no check)."""
     if seen_event is None:
         return
-    newest = JobEvent.objects.filter(job=job).order_by("-id").first()  # index jobevent_job_id
+    newest = newest_event(job.pk)
     if newest is not None and newest.id != seen_event:
         who = newest.actor or newest.worker_id or "the engine"
         raise AlreadyDecided(
             f"already decided by {who} at {newest.created_at:%Y-%m-%d %H:%M:%S %Z} "
             f"({newest.kind}: {newest.from_state} → {newest.to_state}); nothing changed"
         )
+
+
+def job_for_decision(job_id: int) -> Job:
+    """The job, its row locked for a decision in the caller's transaction
+    (what another app's decision on it — an operation's, say — holds while it
+    checks what the person saw and writes). `Job.DoesNotExist` when gone."""
+    return Job.objects.select_for_update().get(pk=job_id)
 
 
 def decision_logged(*, user, obj, message: str) -> None:
@@ -76,7 +84,9 @@ def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | No
     """Lock the job, check what the user saw, who they are and the guards,
     then `run(job, actor, note)` (one Store transition) and log it."""
     note = _require_note(note)
-    with transaction.atomic():
+    # The outermost transaction: a decision nested in another one could be
+    # rolled back after the person was told it was taken.
+    with transaction.atomic(durable=True):
         job = access.get_visible_or_404(Job.objects.select_for_update(), user, pk=job_id)
         check_seen(job, seen_event)
         access.require(user, decision, job)
@@ -125,9 +135,9 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
     The correction is recorded on the job's event (`detail["correction"]`:
     field → before/after) and the payload's `revision` goes up by one, so the
     handler performs the corrected request as a new operation (a new id);
-    earlier operations stay as evidence. Refused (by the guards
-    `operations` registers) while any operation of the job may have reached
-    the provider. Raises `DecisionRefused` (also for invalid or unchanged
+    earlier ones stay as evidence. Refused (by the guards other apps
+    register) while any external call of the job may have reached the
+    provider. Raises `DecisionRefused` (also for invalid or unchanged
     fields), `AlreadyDecided`, `Http404`.
     """
 
@@ -161,9 +171,9 @@ def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
 
 def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str = "") -> Job:
     """An operator marks a job that needs attention fulfilled (DONE), with
-    the note and the evidence they looked at. Refused while one of its
-    operations is in doubt: that goes through the operation decision, so no
-    operation is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
+    the note and the evidence they looked at. Refused (by a registered
+    guard) while one of its external calls is in doubt: that goes through
+    the decision on the call, so none is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
     `Http404`."""
     return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,

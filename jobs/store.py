@@ -31,6 +31,7 @@ from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job, JobEvent
 from .retry import Decision, Failure, classify, decide
+from .selectors import expired_leases, is_eligible, lease_expired
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
 
@@ -174,7 +175,7 @@ class Store:
                     subject_id=str(subject_id or ""),
                     subject_version=subject_version,
                 )
-                self._log(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
+                self._append_event(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
                           detail={**(detail or {}), "action": action})
                 if state == State.READY:
                     notify.job_ready()
@@ -267,9 +268,9 @@ class Store:
         with transaction.atomic():
             job = self._locked(tenant, key)
             at = clock.value()
-            if job.state == State.READY and (job.next_attempt_at is None or job.next_attempt_at <= at):
+            if is_eligible(job, at=at):
                 name = "claim"
-            elif job.state == State.LEASED and job.lease_until is not None and job.lease_until <= at:
+            elif lease_expired(job, at=at):
                 name = "takeover"
             else:
                 return None
@@ -331,7 +332,7 @@ class Store:
             if jobs and not _is_postgres():
                 # PostgreSQL logged the claims inside the claim statement.
                 for job in jobs:
-                    self._log(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
+                    self._append_event(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
                               epoch=job.lease_epoch, worker_id=worker_id, actor=worker_id)
         return jobs
 
@@ -636,7 +637,7 @@ class Store:
         recovered = []
         with transaction.atomic():
             at = clock.value()
-            expired = Job.objects.filter(state=State.LEASED, lease_until__lte=at).order_by("lease_until")
+            expired = expired_leases(at=at).order_by("lease_until")
             if _is_postgres():
                 expired = expired.select_for_update(skip_locked=True)
             for job in expired[:limit]:
@@ -773,11 +774,13 @@ class Store:
                 raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
         epoch = changes.get("lease_epoch", job.lease_epoch)
         worker = changes.get("worker_id", job.worker_id)
-        self._log(job.id, name, job.state, target, clock, epoch=epoch, worker_id=worker, actor=actor,
+        self._append_event(job.id, name, job.state, target, clock, epoch=epoch, worker_id=worker, actor=actor,
                   reason=reason, detail=detail)
 
-    def _log(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="", actor="",
-             reason="", detail=None) -> None:
+    def _append_event(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="",
+                      actor="", reason="", detail=None) -> None:
+        """Append the job's history row (a JobEvent) for one transition, in
+        the caller's transaction."""
         now_sql, now_params = clock.sql()
         with connection.cursor() as cursor:
             cursor.execute(

@@ -24,7 +24,7 @@ cancelled in that transaction. Exactly one of them resumes the job.
 
 Registrations (in an app's `handlers` module, imported at start-up):
 
-    register_subject("company.invoice", loader=load_invoice, planner=plan_reminder)
+    register_subject("shop.invoice", loader=load_invoice, planner=plan_reminder)
 
     @timer_condition("invoice_settled")
     def invoice_settled(subject, **args) -> bool: ...
@@ -55,7 +55,7 @@ from .models import Job, Timer
 from .states import TERMINAL, WAITING, State
 from .store import Store
 from .validation import describe_exception
-from .worker import periodic_task
+from .periodic import periodic_task
 
 __all__ = [
     "SubjectState",
@@ -63,6 +63,7 @@ __all__ = [
     "register_subject",
     "timer_condition",
     "timer_schedule",
+    "waiting_jobs_resume",
     "timer_cancel_for_job",
     "timer_fire_due",
 ]
@@ -191,6 +192,26 @@ def timer_cancel_for_job(*, job_id: int, reason: str, now: float | datetime | No
     return Timer.objects.filter(job_id=job_id, state=Status.PENDING).update(
         state=Status.CANCELLED, decided_at=at, outcome={"decision": "cancelled", "reason": reason}
     )
+
+
+def waiting_jobs_resume(*, tenant: str, subject_type: str, subject_id: str | int, reason: str, actor: str,
+                        detail: dict | None = None, timer_reason: str) -> list[str]:
+    """Resume the jobs of `tenant` waiting (WAITING_EXTERNAL) on one subject
+    and cancel their pending timers — the subject was settled another way,
+    so what they wait for will not come. One transaction per job, its row
+    locked first (a sweep cannot then fire one of its timers); a job a reply
+    or a timer resumed meanwhile is skipped. Returns the keys resumed."""
+    waiting = (Job.objects.filter(tenant=tenant, subject_type=subject_type, subject_id=str(subject_id),
+                                  state=State.WAITING_EXTERNAL).values_list("key", "pk"))
+    resumed = []
+    for key, pk in waiting:
+        with transaction.atomic():
+            if Job.objects.select_for_update().filter(pk=pk, state=State.WAITING_EXTERNAL).first() is None:
+                continue
+            Store().resume(tenant, key, reason=reason, actor=actor, detail=detail)
+            timer_cancel_for_job(job_id=pk, reason=timer_reason)
+            resumed.append(key)
+    return resumed
 
 
 # ---------------------------------------------------------------- firing

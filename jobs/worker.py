@@ -29,12 +29,11 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
-from . import metrics, notify
+from . import metrics, notify, periodic
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, JobNotFound, UnknownAction
 from .models import Job
@@ -55,31 +54,6 @@ def default_worker_id() -> str:
     """A fresh identity per start (host, pid, random): a restarted process
     never inherits the fence of the one it replaces."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-# ---------------------------------------------------------------- periodic tasks
-
-
-@dataclass(frozen=True)
-class PeriodicTask:
-    name: str
-    run: Callable[..., int]  # run(worker_id=..., limit=...) -> how many items it handled
-    every: float  # seconds between runs in one worker
-
-
-_periodic: dict[str, PeriodicTask] = {}
-
-
-def periodic_task(name: str, *, every: float):
-    """Register a bounded maintenance step the worker loop runs every `every`
-    seconds (timers firing, outbox relay …). It must do at most `limit` items
-    per call and use SKIP LOCKED so several workers can run it at once."""
-
-    def register(fn):
-        _periodic[name] = PeriodicTask(name, fn, every)
-        return fn
-
-    return register
 
 
 # ---------------------------------------------------------------- configuration
@@ -637,7 +611,7 @@ class Worker:
     def _unrecorded(self, job: Job, exc: Exception) -> None:
         # The outcome could not be recorded (database unreachable): the
         # lease expires and recovery runs the job again, so handlers must
-        # be safe to repeat — external effects go through operations.
+        # be safe to repeat — external effects go through fenced operation records.
         self._count("unrecorded")
         self._event("job.write_failed", level=logging.ERROR, job=job, error=_describe(exc))
         close_old_connections()
@@ -699,7 +673,7 @@ class Worker:
                             to_state=recovered.to_state, reason=recovered.reason)
                 moved += 1
             moved += self.store.wake_due(limit=cfg.maintenance_limit)
-        for task in _periodic.values():
+        for task in periodic.registered():
             if now - self._last_periodic.get(task.name, 0.0) >= task.every or force or periodic_now:
                 self._last_periodic[task.name] = now
                 try:

@@ -15,7 +15,7 @@ from jobs import access
 from jobs.access import DecisionRefused
 from jobs.admin_scope import ScopedAdmin, TenantFilter
 from jobs.errors import JobError
-from jobs.models import JobEvent
+from jobs.selectors import newest_event
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, Receipt
@@ -45,10 +45,6 @@ class HumanDecisionForm(forms.Form):
         if data.get("decision") == "sent" and not (data.get("provider_reference") or "").strip():
             self.add_error("provider_reference", "A receipt needs the provider's reference.")
         return data
-
-
-def newest_event_id(job_id) -> int | None:
-    return JobEvent.objects.filter(job_id=job_id).order_by("-id").values_list("id", flat=True).first()
 
 
 class _EvidenceInline:
@@ -114,7 +110,7 @@ class OperationAdmin(ScopedAdmin):
         operation = access.get_visible_or_404(Operation.objects.select_related("job"), request.user, pk=object_id)
         refused = access.refusal(request.user, "decide_operation", tenant=operation.tenant,
                                  state=operation.job.state)
-        form = HumanDecisionForm(request.POST or None, initial={"seen_event": newest_event_id(operation.job_id)})
+        form = HumanDecisionForm(request.POST or None, initial={"seen_event": getattr(newest_event(operation.job_id), "id", None)})
         if request.method == "POST" and not refused and form.is_valid():
             data = form.cleaned_data
             try:

@@ -6,6 +6,17 @@ class OperationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        # This app's decisions, with its own permission (DESIGN §14): what
+        # became of an operation in doubt (its job waits for a person), and
+        # clearing a connector pause (a tenant-level decision, no job state).
+        from jobs.access import OPERATOR, Decision, register_decision
+        from jobs.states import State
+
+        register_decision(Decision("decide_operation", "Decide operation", "operations.decide_operation",
+                                   frozenset({OPERATOR}), frozenset({State.NEEDS_ATTENTION, State.WAITING_REVIEW})))
+        register_decision(Decision("clear_pause", "Clear connector pause", "operations.decide_operation",
+                                   frozenset({OPERATOR}), frozenset()))
+
         # The engine's console decisions must respect operations: never
         # resolve a job around an operation in doubt, never correct a request
         # the provider may already hold.

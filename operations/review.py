@@ -14,7 +14,8 @@ from django.db import transaction
 from jobs import access
 from jobs.access import DecisionRefused
 from jobs.models import Job
-from jobs.review import check_seen, decision_logged, job_retry
+from jobs.review import check_seen, decision_logged, job_for_decision, job_retry
+from jobs.selectors import jobs_needing_attention
 
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationState
 from .services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human
@@ -62,9 +63,9 @@ def operation_decide(*, operation_id, user, decision: str, note: str, seen_event
         raise DecisionRefused("a note is required: say why")
     if decision not in ("sent", "not_sent"):
         raise DecisionRefused("say whether the provider holds it (sent) or not (not_sent)")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # a human decision: never nested
         operation = access.get_visible_or_404(Operation.objects.all(), user, pk=operation_id)
-        job = Job.objects.select_for_update().get(pk=operation.job_id)
+        job = job_for_decision(operation.job_id)
         check_seen(job, seen_event)
         access.require(user, "decide_operation", job)
         actor = user.get_username()
@@ -78,7 +79,8 @@ def operation_decide(*, operation_id, user, decision: str, note: str, seen_event
             message = f"Operation {operation.id}: confirmed not sent; the job sends it again. {note}"
         operation.refresh_from_db()
         decision_logged(user=user, obj=operation, message=message)
-        decision_logged(user=user, obj=Job.objects.get(pk=job.pk), message=message)
+        job.refresh_from_db()
+        decision_logged(user=user, obj=job, message=message)
     return operation
 
 
@@ -91,7 +93,7 @@ def jobs_held_by_pause(pause: ConnectorPause):
     held = Q(last_error__startswith=f"{pause.provider} refused the credentials of tenant {pause.tenant}") | Q(
         last_error__contains=f"connector {pause.provider} paused for tenant {pause.tenant}"
     )
-    return Job.objects.filter(tenant=pause.tenant, state="NEEDS_ATTENTION").filter(held).order_by("updated_at")
+    return jobs_needing_attention(tenant=pause.tenant).filter(held)
 
 
 def connector_pause_decide(*, pause_id: int, user, note: str, retry_job_ids=()) -> tuple[ConnectorPause, list[Job]]:
@@ -103,7 +105,7 @@ def connector_pause_decide(*, pause_id: int, user, note: str, retry_job_ids=()) 
     note = (note or "").strip()
     if not note:
         raise DecisionRefused("a note is required: say what was fixed")
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # a human decision: never nested
         pause = access.get_visible_or_404(ConnectorPause.objects.all(), user, pk=pause_id)
         reason = access.refusal(user, "clear_pause", tenant=pause.tenant)
         if reason:

@@ -1,6 +1,6 @@
 from django import template
 
-from jobs.access import request_scope
+from jobs.access import may_view_jobs, request_scope
 from jobs.health import queue_health
 from jobs.states import State
 
@@ -12,7 +12,7 @@ def queue_health_panel(context):
     """Queue health for the tenants the user sees — the figures
     `manage.py queue_health` prints (one selector, `jobs.health`)."""
     request = context["request"]
-    if not request.user.has_perm("jobs.view_job"):
+    if not may_view_jobs(request.user):
         return {"hidden": True}
     scope = request_scope(request)
     health = queue_health(tenants=None if scope.everything else scope.tenants())

@@ -178,3 +178,14 @@ def test_the_jobs_list_never_counts_the_whole_table_nor_runs_distinct(admin_clie
             assert "about " in page.content.decode()  # says it is an estimate
         else:
             assert len(counts) <= 1, url  # the filtered result only, never a second full count
+
+
+def test_the_job_admin_page_links_to_the_consoles_pages_that_apply(client, people):
+    waiting, done = make_job("q-1", "WAITING_REVIEW"), make_job("q-2", "DONE")
+    client.force_login(people["viewer"])
+    page = client.get(f"/admin/jobs/job/{waiting.pk}/change/").content.decode()
+    assert f'href="/admin/console/jobs/{waiting.pk}/timeline/">Evidence timeline' in page
+    assert f'href="/admin/console/jobs/{waiting.pk}/">Decision page' in page
+    page = client.get(f"/admin/jobs/job/{done.pk}/change/").content.decode()
+    assert f'href="/admin/console/jobs/{done.pk}/timeline/">Evidence timeline' in page
+    assert "Decision page" not in page

@@ -227,16 +227,16 @@ def test_bad_options_are_refused_with_a_clear_error(manage):
 
 
 def test_a_failing_periodic_task_is_logged_and_the_worker_carries_on(store):
-    from jobs import worker as worker_module
+    from jobs import periodic
 
     def broken(**kwargs):
         raise ValueError("malformed row")
 
-    worker_module._periodic["test.broken"] = worker_module.PeriodicTask("test.broken", broken, every=0)
+    periodic.register(periodic.PeriodicTask("test.broken", broken, every=0))
     try:
         store.enqueue("studio", "still-runs")
         w = run_until_idle(worker_id="w1")
     finally:
-        del worker_module._periodic["test.broken"]
+        periodic.unregister("test.broken")
     assert job("still-runs").state == "DONE"
     assert w.stats["task_errors"] >= 1

@@ -1,0 +1,121 @@
+"""Reads that several places need, each named once (the admin, health, the
+audit, the Store, retention and the apps above call these; none re-derives
+the rule). Each docstring names the index that serves it.
+
+A rule the claim must state in SQL (`ELIGIBLE_SQL`) stands here beside its
+ORM form, so the two are read — and changed — together.
+"""
+
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+
+from .models import Job, JobEvent, Timer
+from .states import TERMINAL, State
+
+__all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "live_jobs", "expired_leases", "lease_expired",
+           "eligible_ready", "is_eligible", "newest_events", "newest_event", "wake_detail", "job_by_key",
+           "jobs_needing_attention", "timers_pending_for_subject"]
+
+# A finished job is in a terminal state (`states.TERMINAL`); every other state
+# is live: work or a person still owes it something.
+# (In the order of `State`, as the partial indexes name them.)
+FINISHED = [state for state in State if state in TERMINAL]
+LIVE = [state for state in State if state not in TERMINAL]
+
+
+def _jobs(jobs: QuerySet | None) -> QuerySet:
+    # Every selector narrows a queryset the caller may already have scoped
+    # (to a user's tenants, say); by default all jobs.
+    return Job.objects.all() if jobs is None else jobs
+
+
+def finished_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
+    """DONE and CANCELLED jobs (retention walks them through the partial
+    indexes `job_finished` / `job_finished_unredacted`)."""
+    return _jobs(jobs).filter(state__in=FINISHED)
+
+
+def live_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
+    """Jobs in a live state (counted by (state, tenant) through `job_state_tenant`
+    and the READY claim indexes; never the unbounded finished history)."""
+    return _jobs(jobs).filter(state__in=LIVE)
+
+
+# ---------------------------------------------------------------- leases
+
+
+def expired_leases(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
+    """LEASED jobs whose lease ran out by `at`: their worker stopped renewing
+    and recovery has not taken them back yet (partial index `job_leased_expiry`)."""
+    return _jobs(jobs).filter(state=State.LEASED, lease_until__lte=at)
+
+
+def lease_expired(job: Job, *, at: datetime) -> bool:
+    """`expired_leases` for one loaded row."""
+    return job.state == State.LEASED and job.lease_until is not None and job.lease_until <= at
+
+
+# ---------------------------------------------------------------- eligible work
+
+# A READY job is eligible once its `next_attempt_at` has passed; NULL means at
+# once, whatever clock a claim passes (DESIGN §4). `{now}` is the claim's time.
+# Served by the partial claim indexes on READY rows (migration 0002).
+ELIGIBLE_SQL = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {now}"
+
+
+def eligible_ready(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
+    """READY jobs a claim may take at `at` (`ELIGIBLE_SQL`; the claim indexes)."""
+    return _jobs(jobs).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at), state=State.READY)
+
+
+def is_eligible(job: Job, *, at: datetime) -> bool:
+    """`eligible_ready` for one loaded row."""
+    return job.state == State.READY and (job.next_attempt_at is None or job.next_attempt_at <= at)
+
+
+# ---------------------------------------------------------------- history
+
+
+def newest_events(job_id: int, *, limit: int) -> list[JobEvent]:
+    """The job's newest `limit` history rows, newest first (index
+    `jobevent_job_id`, read backwards). The first is the state a person saw
+    on a page: decisions are conditional on its id."""
+    return list(JobEvent.objects.filter(job_id=job_id).order_by("-id")[:limit])
+
+
+def newest_event(job_id: int) -> JobEvent | None:
+    """The job's newest history row (see `newest_events`), or None."""
+    events = newest_events(job_id, limit=1)
+    return events[0] if events else None
+
+
+def wake_detail(job: Job) -> dict | None:
+    """The detail of the resume that ended the job's last wait — a reply
+    (`inbound_event` in it) or a timer (`timer`) — or None when the job has
+    not woken from a wait (a first run; a reviewer's approval is not a wake-up).
+    Index `jobevent_job_id`."""
+    last = job.events.filter(kind__in=["wait", "resume"]).order_by("-id").first()
+    if last is None or last.kind != "resume" or not job.events.filter(kind="wait", id__lt=last.id).exists():
+        return None
+    return last.detail or {}
+
+
+# ---------------------------------------------------------------- by business identity
+
+
+def job_by_key(*, tenant: str, key: str) -> Job | None:
+    """The job of a business key, or None (constraint `job_unique_tenant_key`)."""
+    return Job.objects.filter(tenant=tenant, key=key).first()
+
+
+def jobs_needing_attention(*, tenant: str, jobs: QuerySet | None = None) -> QuerySet:
+    """A tenant's NEEDS_ATTENTION jobs, longest-waiting first (`job_state_tenant`)."""
+    return _jobs(jobs).filter(tenant=tenant, state=State.NEEDS_ATTENTION).order_by("updated_at")
+
+
+def timers_pending_for_subject(*, tenant: str, subject_type: str, subject_id: str | int) -> QuerySet:
+    """PENDING timers about one subject (read among the PENDING timers only,
+    through the partial index `timer_pending_due`)."""
+    return Timer.objects.filter(tenant=tenant, subject_type=subject_type, subject_id=str(subject_id),
+                                state=Timer.Status.PENDING)
