@@ -14,25 +14,24 @@ re-reads it once more and sends the reminder rendered from the record as it
 is then.
 """
 
-from datetime import UTC, datetime
-from datetime import time as clock_time
+from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from jobs.actions import JobContext, Wait, action
 from jobs.errors import PermanentError
-from jobs.models import Job, Timer
 from jobs.outbox import outbox_consumer
 from jobs.retry import RetryPolicy
-from jobs.states import State
+from jobs.selectors import wake_detail
 from jobs.store import Store
-from jobs.timers import SubjectState, register_subject, timer_cancel_for_job, timer_condition, timer_schedule
-from operations.models import Operation, Receipt
+from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
+from operations.models import Receipt
 from operations.protocol import operation_perform
+from operations.selectors import operation_for_step
 
 from .agent import agent_propose
+from .emails import invoice_reminder_email, quote_email, quote_follow_up_email
 from .models import Invoice, Quote, Tenant
 from .names import (
     AGENT_RUN,
@@ -44,11 +43,20 @@ from .names import (
     SEND_INVOICE_REMINDER,
     SEND_QUOTE,
     SEND_QUOTE_FOLLOW_UP,
-    invoice_reminder_key,
     quote_follow_up_key,
     quote_send_key,
 )
-from .services import QuoteStateError, proposal_submit, quote_accept, quote_decline, quote_mark_sent, tenant_policy
+from .services import (
+    QuoteStateError,
+    invoice_not_to_remind,
+    invoice_reminder_at,
+    invoice_reminder_plan,
+    proposal_submit,
+    quote_accept,
+    quote_decline,
+    quote_mark_sent,
+    tenant_policy,
+)
 
 # The same policy as connectors.send_email: an UNKNOWN outcome is reconciled
 # at once, an outage reaches an operator within minutes.
@@ -63,27 +71,6 @@ def reply_provider() -> str:
     return getattr(settings, "COMPANY_REPLY_PROVIDER", "mailer")
 
 
-# ---------------------------------------------------------------- emails, rendered from the record
-
-
-def quote_email(quote: Quote) -> dict:
-    return {"to": quote.customer.email, "subject": f"Your quote {quote.number}",
-            "body": f"Dear {quote.customer.name},\n\nplease find quote {quote.number} for {quote.amount} attached. "
-                    "Reply 'accept' or 'decline'."}
-
-
-def quote_follow_up_email(quote: Quote) -> dict:
-    return {"to": quote.customer.email, "subject": f"Following up on quote {quote.number}",
-            "body": f"Dear {quote.customer.name},\n\nwe have not heard from you about quote {quote.number} "
-                    f"({quote.amount}). Reply 'accept' or 'decline'."}
-
-
-def invoice_reminder_email(invoice: Invoice) -> dict:
-    return {"to": invoice.customer.email, "subject": f"Reminder: invoice {invoice.number}",
-            "body": f"Dear {invoice.customer.name},\n\ninvoice {invoice.number} was due on "
-                    f"{invoice.due_date.isoformat()} ({invoice.terms}); {invoice.balance} is still open."}
-
-
 def _send_once(ctx: JobContext, *, step: str, render) -> Receipt:
     """Send one email of this job step through the operation protocol.
 
@@ -91,7 +78,7 @@ def _send_once(ctx: JobContext, *, step: str, render) -> Receipt:
     recorded — the stored request and provider — so a record that changed in
     between cannot turn into a `DigestMismatch` or a second, different email.
     """
-    recorded = Operation.objects.filter(job_id=ctx.job.pk, step=step).first()
+    recorded = operation_for_step(job=ctx.job, step=step)
     if recorded is not None:
         provider, request = recorded.provider, recorded.request
     else:
@@ -99,19 +86,6 @@ def _send_once(ctx: JobContext, *, step: str, render) -> Receipt:
                                                           "sim-idempotent")
         request = render()
     return operation_perform(ctx, step=step, provider=provider, request=request)
-
-
-# ---------------------------------------------------------------- what woke a job
-
-
-def _wake_up(job: Job) -> dict | None:
-    """The detail of the resume that ended this job's last wait: a reply
-    (`inbound_event` in it) or a timer (`timer`); None on a first run (a
-    reviewer's approval is not a wake-up from a wait)."""
-    last = job.events.filter(kind__in=["wait", "resume"]).order_by("-id").first()
-    if last is None or last.kind != "resume" or not job.events.filter(kind="wait", id__lt=last.id).exists():
-        return None
-    return last.detail or {}
 
 
 def _apply_reply(quote: Quote, wake: dict) -> dict:
@@ -154,7 +128,7 @@ def send_quote(ctx: JobContext):
     if quote.status == QS.APPROVED:
         receipt = _send_once(ctx, step="send", render=lambda: quote_email(quote))
         quote = quote_mark_sent(quote=quote, actor=f"{ctx.worker_id} (receipt {receipt.provider_reference})")
-    wake = _wake_up(ctx.job)
+    wake = wake_detail(ctx.job)
     if wake and "inbound_event" in wake:
         return _apply_reply(quote, wake)
     if wake and "timer" in wake:
@@ -181,7 +155,7 @@ def send_quote_follow_up(ctx: JobContext):
     """A reviewer approved following up: send the follow-up once (only while
     the quote is still unanswered), then wait for the customer's reply."""
     quote = _quote_of(ctx)
-    wake = _wake_up(ctx.job)
+    wake = wake_detail(ctx.job)
     if wake and "inbound_event" in wake:
         return _apply_reply(quote, wake)
     if quote.status != QS.SENT:
@@ -225,16 +199,10 @@ def settle_quote_waits(event) -> None:
     """A quote answered another way (in the office, by a colleague): the jobs
     still waiting for its reply are resumed — they see the answer and finish —
     and their follow-up timers cancelled, in one transaction per job."""
-    waiting = Job.objects.filter(tenant=event.tenant, subject_type=QUOTE, subject_id=event.aggregate_id,
-                                 state=State.WAITING_EXTERNAL).values_list("key", "pk")
-    for key, pk in waiting:
-        with transaction.atomic():
-            locked = Job.objects.select_for_update().filter(pk=pk, state=State.WAITING_EXTERNAL).first()
-            if locked is None:
-                continue  # a reply or a timer resumed it meanwhile
-            Store().resume(event.tenant, key, reason=f"quote {event.payload['number']} was {event.payload['status'].lower()}",
-                           actor=f"outbox:{event.id}", detail={"quote_status": event.payload["status"]})
-            timer_cancel_for_job(job_id=pk, reason=f"quote {event.payload['number']} was answered")
+    waiting_jobs_resume(tenant=event.tenant, subject_type=QUOTE, subject_id=event.aggregate_id,
+                        reason=f"quote {event.payload['number']} was {event.payload['status'].lower()}",
+                        actor=f"outbox:{event.id}", detail={"quote_status": event.payload["status"]},
+                        timer_reason=f"quote {event.payload['number']} was answered")
 
 
 @outbox_consumer("quote.created")
@@ -248,23 +216,6 @@ def acknowledge(event) -> None:
 
 
 # ---------------------------------------------------------------- invoice reminders
-
-
-def invoice_reminder_at(invoice: Invoice) -> datetime:
-    """When the invoice is reminded: 09:00 UTC on its due date plus the
-    tenant's `invoice_reminder_after`."""
-    at_nine = datetime.combine(invoice.due_date, clock_time(9, 0), tzinfo=UTC)
-    return at_nine + tenant_policy(invoice.tenant).invoice_reminder_after
-
-
-def invoice_not_to_remind(invoice: Invoice) -> str:
-    """Why no reminder may go out for this invoice now ("" when one may)."""
-    if invoice.is_paid:
-        return f"invoice {invoice.number} is paid"
-    if invoice.customer.suppressed:
-        reason = invoice.customer.suppressed_reason or "no reason given"
-        return f"{invoice.customer.email} suppressed reminders ({reason})"
-    return ""
 
 
 def load_invoice(*, tenant: str, subject_id: str) -> SubjectState | None:
@@ -289,31 +240,6 @@ def invoice_paid_or_suppressed(subject: SubjectState, **args) -> bool | str:
 
 
 register_subject(INVOICE, loader=load_invoice, planner=plan_invoice_reminder)
-
-
-@transaction.atomic
-def invoice_reminder_plan(*, invoice: Invoice) -> Timer | None:
-    """Make sure an open invoice has its reminder timer; idempotent.
-
-    Nothing is planned for a paid invoice, a suppressed customer, an invoice
-    already reminded (its job exists) or one with a pending timer (that timer
-    re-plans itself from the record when it comes due). The invoice row is
-    locked, so two planners cannot both schedule.
-    """
-    invoice = Invoice.objects.select_for_update().select_related("customer", "tenant").get(pk=invoice.pk)
-    key = invoice_reminder_key(invoice.number)
-    if invoice_not_to_remind(invoice) or Job.objects.filter(tenant=invoice.tenant.slug, key=key).exists():
-        return None
-    pending = Timer.objects.filter(tenant=invoice.tenant.slug, subject_type=INVOICE, subject_id=str(invoice.pk),
-                                   state=Timer.Status.PENDING)
-    if pending.exists():
-        return None
-    return timer_schedule(
-        tenant=invoice.tenant.slug, action=SEND_INVOICE_REMINDER, job_key=key,
-        scheduled_for=invoice_reminder_at(invoice), reason=f"invoice {invoice.number} reminder",
-        subject_type=INVOICE, subject_id=invoice.pk, subject_version=invoice.version,
-        cancellation_condition=INVOICE_NOT_TO_REMIND,
-    )
 
 
 @outbox_consumer("invoice.issued")
@@ -342,7 +268,7 @@ def send_invoice_reminder(ctx: JobContext):
     if why_not:
         return {"invoice": invoice.number, "sent": False, "reason": why_not}
     remind_at = invoice_reminder_at(invoice)
-    started = Operation.objects.filter(job_id=ctx.job.pk, step="reminder").exists()
+    started = operation_for_step(job=ctx.job, step="reminder") is not None
     # Only a change since the job was created moves it: a reviewer who
     # approved an early reminder (the agent's proposal) meant "send it now".
     changed = ctx.job.subject_version is not None and ctx.job.subject_version != invoice.version

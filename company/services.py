@@ -8,17 +8,21 @@ which also serialises the emitters of one aggregate's events.
 """
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from datetime import time as clock_time
 from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.models import Job
+from jobs.models import Timer
 from jobs.outbox import outbox_emit
+from jobs.selectors import job_by_key, timers_pending_for_subject
 from jobs.store import Store
+from jobs.timers import timer_schedule
 
-from .names import INVOICE, QUOTE
 from .models import Customer, Invoice, Proposal, Quote, Tenant, TenantPolicy
+from .names import INVOICE, INVOICE_NOT_TO_REMIND, QUOTE, SEND_INVOICE_REMINDER, invoice_reminder_key
 
 
 QS = Quote.Status
@@ -124,7 +128,7 @@ def quote_submit(*, quote: Quote, actor: str) -> Quote:
                          event_type="quote.submitted", actor=actor)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)  # a human decision: never nested in another transaction
 def quote_approve(*, quote: Quote, actor: str) -> Quote:
     """DRAFT or PENDING_APPROVAL → APPROVED, with the `quote.approved` event
     whose consumer enqueues `send-quote-<number>` (the email goes out once,
@@ -271,7 +275,7 @@ def proposal_submit(
     """
     if not rationale.strip():
         raise ValueError("a proposal needs a rationale: the reviewer decides on it")
-    existing = Job.objects.filter(tenant=tenant.slug, key=job_key).first()
+    existing = job_by_key(tenant=tenant.slug, key=job_key)
     if existing is not None:
         return Submitted(None, existing)
     needs_review = action not in tenant_policy(tenant).runs_without_review
@@ -289,3 +293,46 @@ def proposal_submit(
         review=f"proposed by {proposed_by}: {rationale}" if needs_review else None,
     )
     return Submitted(proposal, job)
+
+
+# ---------------------------------------------------------------- invoice reminders
+
+
+def invoice_reminder_at(invoice: Invoice) -> datetime:
+    """When the invoice is reminded: 09:00 UTC on its due date plus the
+    tenant's `invoice_reminder_after`."""
+    at_nine = datetime.combine(invoice.due_date, clock_time(9, 0), tzinfo=UTC)
+    return at_nine + tenant_policy(invoice.tenant).invoice_reminder_after
+
+
+def invoice_not_to_remind(invoice: Invoice) -> str:
+    """Why no reminder may go out for this invoice now ("" when one may)."""
+    if invoice.is_paid:
+        return f"invoice {invoice.number} is paid"
+    if invoice.customer.suppressed:
+        reason = invoice.customer.suppressed_reason or "no reason given"
+        return f"{invoice.customer.email} suppressed reminders ({reason})"
+    return ""
+
+
+@transaction.atomic
+def invoice_reminder_plan(*, invoice: Invoice) -> Timer | None:
+    """Make sure an open invoice has its reminder timer; idempotent.
+
+    Nothing is planned for a paid invoice, a suppressed customer, an invoice
+    already reminded (its job exists) or one with a pending timer (that timer
+    re-plans itself from the record when it comes due). The invoice row is
+    locked, so two planners cannot both schedule.
+    """
+    invoice = Invoice.objects.select_for_update().select_related("customer", "tenant").get(pk=invoice.pk)
+    key = invoice_reminder_key(invoice.number)
+    if invoice_not_to_remind(invoice) or job_by_key(tenant=invoice.tenant.slug, key=key) is not None:
+        return None
+    if timers_pending_for_subject(tenant=invoice.tenant.slug, subject_type=INVOICE, subject_id=invoice.pk).exists():
+        return None
+    return timer_schedule(
+        tenant=invoice.tenant.slug, action=SEND_INVOICE_REMINDER, job_key=key,
+        scheduled_for=invoice_reminder_at(invoice), reason=f"invoice {invoice.number} reminder",
+        subject_type=INVOICE, subject_id=invoice.pk, subject_version=invoice.version,
+        cancellation_condition=INVOICE_NOT_TO_REMIND,
+    )

@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 
 from company.models import Proposal, Quote
-from company.services import quote_accept
+from company.services import QuoteStateError, quote_accept, quote_approve, quote_expire, quote_submit
+from jobs.models import OutboxEvent
 from jobs.models import InboundEvent, Job, Timer
 from operations.models import Operation
 
@@ -116,10 +117,43 @@ def test_a_quote_accepted_in_the_office_ends_the_wait_and_cancels_the_follow_up(
     assert not Job.objects.filter(key="quote-follow-up-Q-1").exists()
 
 
+def test_a_quote_expired_in_the_office_ends_the_wait_without_another_email(sim):
+    quote = approved_quote()
+    settle(TENANT)
+    quote = quote_expire(quote=quote, actor="bob (offer lapsed)")
+    assert quote.status == "EXPIRED"
+    settle(TENANT)
+    assert job("send-quote-Q-1").state == "DONE"
+    assert job("send-quote-Q-1").result["status"] == "EXPIRED"
+    assert Timer.objects.get(job=job("send-quote-Q-1")).state == "CANCELLED"
+    assert [m["subject"] for m in sim.messages()] == ["Your quote Q-1"]
+    with pytest.raises(QuoteStateError):
+        quote_accept(quote=quote, actor="customer, too late")
+
+
+def test_a_submitted_quote_waits_for_approval_before_anything_is_sent(sim):
+    from company.services import customer_ensure, quote_create, tenant_ensure
+
+    tenant = tenant_ensure(slug=TENANT)
+    customer = customer_ensure(tenant=tenant, email="ada@example.com", name="Ada")
+    quote = quote_submit(quote=quote_create(tenant=tenant, number="Q-9", customer=customer, amount=1),
+                         actor="carol")
+    assert quote.status == "PENDING_APPROVAL"
+    assert OutboxEvent.objects.filter(event_type="quote.submitted", aggregate_id=str(quote.pk)).exists()
+    with pytest.raises(QuoteStateError):
+        quote_submit(quote=quote, actor="carol")  # only a draft is submitted
+    with pytest.raises(QuoteStateError):
+        quote_expire(quote=quote, actor="carol")  # only a sent quote expires
+    settle(TENANT)
+    assert sim.messages() == [] and not Job.objects.filter(key="send-quote-Q-9").exists()
+    quote_approve(quote=quote, actor="alice")
+    settle(TENANT)
+    assert [m["subject"] for m in sim.messages()] == ["Your quote Q-9"]
+
+
 def test_a_redelivered_approval_sends_one_email(sim):
     quote = approved_quote()
     settle(TENANT)
-    from jobs.models import OutboxEvent
     from jobs.outbox import outbox_event_requeue  # noqa: F401 - the operator's requeue redelivers the same way
 
     OutboxEvent.objects.filter(event_type="quote.approved").update(state="PENDING", next_attempt_at=None)
