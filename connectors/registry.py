@@ -110,12 +110,6 @@ def register_connector(name: str, factory: ConnectorFactory) -> None:
         _registered[name] = factory
 
 
-def unregister_connector(name: str) -> None:
-    """Forget a registered factory; a built-in provider of that name comes back."""
-    with _registered_lock:
-        _registered.pop(name, None)
-
-
 @contextmanager
 def connector_registered(name: str, factory: ConnectorFactory) -> Iterator[None]:
     """Register ``factory`` for the duration of a ``with`` block (for tests).

@@ -137,10 +137,3 @@ class JobContext:
         """`Store.under_fence` for this job's lease: write other rows (an
         operation intent, a receipt) only while the lease is still ours."""
         return self.store.under_fence(self.tenant, self.key, self.worker_id, self.epoch)
-
-    def check_fence(self) -> None:
-        """Raise `Conflict` if this worker no longer holds the job."""
-        from .errors import Conflict
-
-        if self.cancelled.is_set():
-            raise Conflict(f"{self.tenant}/{self.key}: the lease of epoch {self.epoch} is no longer ours")

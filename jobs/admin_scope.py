@@ -1,5 +1,5 @@
 """The admin side of the tenant scope and of big tables (DESIGN §14, STYLE:
-pages are bounded). Every ModelAdmin of jobs and operations builds on
+pages are bounded). Every ModelAdmin of the engine and of the apps above it builds on
 `ScopedAdmin`: its lists, pages, filters, searches and autocompletes see only
 the user's tenants (`jobs.access`), another tenant's object answers 404, and
 no list counts the whole table."""

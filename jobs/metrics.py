@@ -7,8 +7,8 @@ Two sources, exported in two places:
   collector that reads, at scrape time, a handful of bounded queries, each
   served by a partial or leading-column index whose size follows the live
   backlog — never the DONE history (jobs by state and tenant for the live
-  states, the oldest eligible READY job, expired leases, operations by
-  state for the states still in doubt, the outbox lag and quarantine, overdue
+  states, the oldest eligible READY job, expired leases, the families other
+  apps register (external calls still in doubt, say), the outbox lag and quarantine, overdue
   timers). Every web process answers the same, so any one may be scraped.
 - **Each worker's own counters** (`run_worker --metrics-port PORT`): jobs by
   outcome and a handler-duration histogram per action, served by the worker
@@ -26,7 +26,7 @@ from . import health
 
 # ---------------------------------------------------------------- the database's view
 
-# Other apps (operations) add families without the engine importing them.
+# Other apps add families without the engine importing them.
 _families: dict[str, Callable[[], Iterable[GaugeMetricFamily]]] = {}
 
 

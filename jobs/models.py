@@ -42,7 +42,7 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # When retention replaced the payload (and the operations' request bodies)
+    # When retention replaced the payload (and the request bodies of its external calls)
     # of this finished job by a marker; NULL while the bodies are kept.
     redacted_at = models.DateTimeField(null=True, blank=True)
 
@@ -66,7 +66,7 @@ class Job(models.Model):
             # "READY jobs of tenant T" then has only job_claim_tenant to go to,
             # which returns them in claim order, with or without statistics.
             models.Index(fields=["state", "tenant"], name="job_state_tenant", condition=~models.Q(state="READY")),
-            # The console's key search is a prefix match (`key LIKE 'abc%'`):
+            # The admin's key search is a prefix match (`key LIKE 'abc%'`):
             # on PostgreSQL this operator class lets a btree serve it. A key
             # never changes, so the index costs nothing on state changes.
             models.Index(fields=["key"], name="job_key_prefix", opclasses=["varchar_pattern_ops"]),

@@ -56,7 +56,7 @@ TRANSITIONS = {
         _t("recover", [_S.LEASED], [_S.READY, _S.NEEDS_ATTENTION]),
         # A reply, a timer or a reviewer's approval ends a wait.
         _t("resume", WAITING, [_S.READY]),
-        # Reviewer decisions (console): approve as is, approve a corrected
+        # Reviewer decisions: approve as is, approve a corrected
         # payload, or reject (closed, the note is the reason).
         _t("approve", [_S.WAITING_REVIEW], [_S.READY]),
         _t("correct", [_S.WAITING_REVIEW], [_S.READY]),

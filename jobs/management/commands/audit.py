@@ -5,7 +5,7 @@ from jobs.audit import consistency_audit
 
 class Command(BaseCommand):
     help = (
-        "Consistency audit: file stale leases, operations UNKNOWN past their provider's idempotency retention, "
+        "Consistency audit: file stale leases, external calls UNKNOWN past their provider's idempotency retention, "
         "quarantined outbox events and long-overdue timers as NEEDS_ATTENTION items (jobs of action "
         "jobs.audit_finding, key audit-<kind>-<ref>), each once. Prints what it filed."
     )

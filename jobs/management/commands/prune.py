@@ -9,7 +9,7 @@ from jobs.retention import retention_sweep
 class Command(BaseCommand):
     help = (
         "Retention sweep: redact the payload and request bodies of DONE/CANCELLED jobs finished more than "
-        "--redact-after-days ago, delete those finished more than --days ago with their history, operations "
+        "--redact-after-days ago, delete those finished more than --days ago with their history, external calls "
         "and receipts. Never touches unfinished work or anything live refers to. Bounded batches, each its own "
         "short transaction; prints what it removed."
     )

@@ -20,7 +20,7 @@ class Command(BaseCommand):
         "Show queue health — the same figures as the admin index: jobs by state (and per tenant), the oldest "
         "READY job's age, expired leases, jobs waiting for review and needing attention, the oldest "
         "unpublished outbox event (age, attempts, last error), quarantined events, overdue timers, unmatched "
-        "inbound events and operations in doubt. With --check, exit 1 when there is any problem: the oldest "
+        "inbound events and the figures other apps register (external calls in doubt). With --check, exit 1 when there is any problem: the oldest "
         "unpublished event older than --max-outbox-age, anything quarantined, unmatched, overdue, expired, in "
         "doubt, or waiting for review or attention."
     )

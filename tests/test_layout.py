@@ -1,0 +1,99 @@
+"""The layout rules of DESIGN §2, checked on the source so they cannot come
+back: imports point one way, the engine names no layer above it (not even in
+a string), only `run_worker` imports the worker runtime, and no module
+imports itself back through another (module-level or inside a function)."""
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("durable", "jobs", "operations", "connectors", "company", "console", "proving")
+# What each app may import of the others (DESIGN §2).
+ALLOWED = {
+    "jobs": set(),
+    "connectors": set(),
+    "operations": {"jobs", "connectors"},
+    "company": {"jobs", "operations", "connectors"},
+    "console": {"jobs", "operations"},
+    "proving": {"jobs", "operations", "connectors", "company"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            rel = path.relative_to(ROOT)
+            if "migrations" in rel.parts:
+                continue
+            name = ".".join(rel.with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every project module `name` imports, at module level or in a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            candidates = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in MODULES:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                targets.add(candidate)
+    return targets
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def test_imports_point_one_way():
+    wrong = [f"{name} imports {target}" for name, targets in GRAPH.items() for target in targets
+             if (app := name.split(".")[0]) in ALLOWED and (other := target.split(".")[0]) != app
+             and other in ALLOWED and other not in ALLOWED[app]]
+    assert wrong == []
+
+
+def test_the_engine_names_no_layer_above_it_even_in_a_string():
+    # A URL name, a permission or a dotted path of an app above is a
+    # dependency too; the app above registers itself into the engine instead.
+    named = re.compile(r"""["'](console:|operations\.|company\.|proving\.)""")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for name, path in MODULES.items() if name.startswith("jobs.")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if named.search(line)]
+    assert found == []
+
+
+def test_only_run_worker_imports_the_worker_runtime():
+    importers = sorted(name for name, targets in GRAPH.items() if "jobs.worker" in targets)
+    assert importers == ["jobs.management.commands.run_worker"]
+
+
+def test_no_module_imports_itself_back():
+    cycles = []
+    for start in GRAPH:
+        seen, stack = set(), [(start, [start])]
+        while stack:
+            node, route = stack.pop()
+            for target in GRAPH[node]:
+                if target == start:
+                    cycles.append(" → ".join([*route, start]))
+                elif target not in seen:
+                    seen.add(target)
+                    stack.append((target, [*route, target]))
+    assert cycles == []
