@@ -58,10 +58,10 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from . import notify
-from .models import Job, JobEvent, ReadyTenant
-from .states import State
-from .store import JobSpec, Store
+from jobs import notify
+from jobs.models import Job, JobEvent, ReadyTenant
+from jobs.states import State
+from jobs.store import JobSpec, Store
 
 TENANT_ENQUEUE = "bench-enqueue"
 TENANT_E2E = "bench-e2e"
@@ -843,8 +843,8 @@ def _claim_buffers(worker: str) -> int | None:
     builder changed shape."""
     if connection.vendor != "postgresql":
         return None
-    from . import claim as claim_sql
-    from .clock import Clock
+    from jobs import claim as claim_sql
+    from jobs.clock import Clock
 
     try:
         sql, params = claim_sql._statement(claim_sql._FAIR_PG, worker, Clock(None), 30.0, None, [BENCH_ACTION], 1)

@@ -35,7 +35,7 @@ def changelist_bench(rows: int, *, progress: Callable[[str], None]) -> list[Chan
     from django.contrib.auth import get_user_model
 
     from .bench import BULK_TENANTS, _bulk_load, _delete_tenants, _tidy
-    from .models import Job
+    from jobs.models import Job
 
     progress(f"changelist: loading {rows:,} DONE rows")
     _bulk_load("DONE", rows)
