@@ -1,5 +1,6 @@
-"""The benchmark behind `manage.py bench` (issue 3): one run on the configured
-database, one plain-text table.
+"""The benchmark behind `manage.py bench`: one run on the configured
+database, one plain-text table, each figure next to its target. Speed is
+measured here and never asserted by a timed test (DESIGN §12).
 
 What it measures, and how:
 - **enqueue rate**: `Store.enqueue` one job at a time, and `Store.enqueue_many`.
@@ -76,12 +77,17 @@ BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, *BULK
 BENCH_ACTION = "jobs.bench_noop"
 REFERENCE_TABLE = "bench_reference_jobs"
 
-# Targets from issue 3: goals for the benchmark, never asserted by a test.
+# Targets: goals each figure is printed next to (ok/MISS), never asserted by
+# a test. End to end, at least 80 % of the raw SKIP LOCKED loop's rate in the
+# same run; insert→start p50 under 10 ms with NOTIFY; a claim beside
+# `--rows` DONE or WAITING rows at most 1.2× the claim on the table as found;
+# each worker's peak RSS under 80 MiB.
 TARGET_REFERENCE_SHARE = 0.80
 TARGET_P50_MS = 10.0
 TARGET_CLAIM_RATIO = 1.2
 TARGET_RSS_MIB = 80.0
-# From issue 11.
+# run_worker --batch with 4 processes: at least 10,000 jobs/s. A claim with
+# 10,000 tenants holding READY work: at most 2× the claim with one.
 TARGET_BATCH_RATE = 10_000.0
 TARGET_TENANT_CLAIM_RATIO = 2.0
 
@@ -485,7 +491,8 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
     for n in config.processes:
         row(f"{config.jobs} jobs through {n} run_worker process(es)", config.jobs, n)
     # The many-tenant and batched rows run with 4 processes (or the most
-    # asked for, if fewer): the issue's targets are stated for 4.
+    # asked for, if fewer): their targets (80 % of the raw loop; 10,000
+    # jobs/s batched) are stated for 4.
     wide = min(4, max(config.processes))
     for tenants in config.tenants:
         jobs = max(config.jobs, 2 * tenants)

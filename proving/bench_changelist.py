@@ -1,6 +1,7 @@
 """The console's part of `manage.py bench`: how long the jobs changelist takes
-to answer with `--rows` jobs in the table (issue 8: < 300 ms at 1,000,000 on
-PostgreSQL) — no full COUNT(*), no DISTINCT, index-served search.
+to answer with `--rows` jobs in the table (target: under 300 ms with
+1,000,000 jobs on PostgreSQL) — no full COUNT(*), no DISTINCT, index-served
+search.
 
 Kept apart from `bench.py`'s engine sections, which call it; it shares their
 bulk loader, clean-up and table (`bench_common.py`) and imports nothing from
