@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "connectors",
     "company",
     "console",
+    "proving",
 ]
 
 MIDDLEWARE = [

@@ -1,9 +1,11 @@
 """The console's part of `manage.py bench`: how long the jobs changelist takes
-to answer with `--rows` jobs in the table (issue 8: < 300 ms at 1,000,000 on
-PostgreSQL) — no full COUNT(*), no DISTINCT, index-served search.
+to answer with `--rows` jobs in the table (target: under 300 ms with
+1,000,000 jobs on PostgreSQL) — no full COUNT(*), no DISTINCT, index-served
+search.
 
-Kept apart from `bench.py`'s engine sections; it reuses their bulk loader and
-cleans up the same bench tenants."""
+Kept apart from `bench.py`'s engine sections, which call it; it shares their
+bulk loader, clean-up and table (`bench_common.py`) and imports nothing from
+`bench.py`."""
 
 import statistics
 import time
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from django.db import connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
+
+from .bench_common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
 
 TARGET_CHANGELIST_MS = 300.0
 REQUESTS = 15
@@ -34,12 +38,11 @@ def changelist_bench(rows: int, *, progress: Callable[[str], None]) -> list[Chan
     from django.contrib import admin
     from django.contrib.auth import get_user_model
 
-    from .bench import BULK_TENANTS, _bulk_load, _delete_tenants, _tidy
-    from .models import Job
+    from jobs.models import Job
 
     progress(f"changelist: loading {rows:,} DONE rows")
-    _bulk_load("DONE", rows)
-    _tidy()
+    bulk_load("DONE", rows)
+    tidy()
     try:
         total = Job.objects.count() if connection.vendor == "sqlite" else rows
         model_admin = admin.site._registry[Job]
@@ -69,18 +72,16 @@ def changelist_bench(rows: int, *, progress: Callable[[str], None]) -> list[Chan
             cases.append(ChangelistCase(label, total, statistics.median(timings), max(timings), queries))
         return cases
     finally:
-        _delete_tenants(BULK_TENANTS)
+        delete_tenants(BULK_TENANTS)
 
 
 def render_changelist(cases: list[ChangelistCase]) -> list[str]:
     """The section's lines for the bench table."""
     if not cases:
         return []
-    from .bench import _table, _verdict
-
     lines = [f"JOBS CHANGELIST (admin, as a superuser): median of {REQUESTS} requests with "
              f"{cases[0].rows:,} jobs in the table"]
-    lines += _table(["", "median ms", "max ms", "queries", f"< {TARGET_CHANGELIST_MS:.0f} ms"],
-                    [[c.label, f"{c.median_ms:.1f}", f"{c.max_ms:.1f}", str(c.queries),
-                      _verdict(c.median_ms < TARGET_CHANGELIST_MS)] for c in cases])
+    lines += table(["", "median ms", "max ms", "queries", f"< {TARGET_CHANGELIST_MS:.0f} ms"],
+                   [[c.label, f"{c.median_ms:.1f}", f"{c.max_ms:.1f}", str(c.queries),
+                     verdict(c.median_ms < TARGET_CHANGELIST_MS)] for c in cases])
     return [*lines, ""]

@@ -6,7 +6,7 @@ import re
 import pytest
 from django.db import connection
 
-from jobs.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
+from proving.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
 from jobs.models import Job
 from jobs.store import Store
 

@@ -3,7 +3,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
+from proving.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
 
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
          "tenants": "1000", "claim_tenants": 2000}

@@ -1,5 +1,6 @@
-"""The benchmark behind `manage.py bench` (issue 3): one run on the configured
-database, one plain-text table.
+"""The benchmark behind `manage.py bench`: one run on the configured
+database, one plain-text table, each figure next to its target. Speed is
+measured here and never asserted by a timed test (DESIGN §12).
 
 What it measures, and how:
 - **enqueue rate**: `Store.enqueue` one job at a time, and `Store.enqueue_many`.
@@ -49,7 +50,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from unittest import mock
 from urllib.parse import quote, urlencode
@@ -58,29 +59,35 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from . import notify
-from .models import Job, JobEvent, ReadyTenant
-from .states import State
-from .store import JobSpec, Store
+from jobs import notify
+from jobs.models import Job, JobEvent, ReadyTenant
+from jobs.states import State
+from jobs.store import JobSpec, Store
+
+from .bench_changelist import ChangelistCase, changelist_bench, render_changelist
+from .bench_common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
 
 TENANT_ENQUEUE = "bench-enqueue"
 TENANT_E2E = "bench-e2e"
 TENANT_LATENCY = "bench-latency"
 TENANT_CLAIM = "bench-claim"
-# Bulk rows are spread over many tenants, as a production table's are.
-BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
 # The many-tenant rows (end to end and claim time) use the first N of these.
 MANY_TENANTS = [f"bench-many-{i:05d}" for i in range(10_000)]
 BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, *BULK_TENANTS, *MANY_TENANTS]
 BENCH_ACTION = "jobs.bench_noop"
 REFERENCE_TABLE = "bench_reference_jobs"
 
-# Targets from issue 3: goals for the benchmark, never asserted by a test.
+# Targets: goals each figure is printed next to (ok/MISS), never asserted by
+# a test. End to end, at least 80 % of the raw SKIP LOCKED loop's rate in the
+# same run; insert→start p50 under 10 ms with NOTIFY; a claim beside
+# `--rows` DONE or WAITING rows at most 1.2× the claim on the table as found;
+# each worker's peak RSS under 80 MiB.
 TARGET_REFERENCE_SHARE = 0.80
 TARGET_P50_MS = 10.0
 TARGET_CLAIM_RATIO = 1.2
 TARGET_RSS_MIB = 80.0
-# From issue 11.
+# run_worker --batch with 4 processes: at least 10,000 jobs/s. A claim with
+# 10,000 tenants holding READY work: at most 2× the claim with one.
 TARGET_BATCH_RATE = 10_000.0
 TARGET_TENANT_CLAIM_RATIO = 2.0
 
@@ -186,7 +193,7 @@ class Results:
     claim_count: int = 0
     tenant_claims: list[ClaimCase] = field(default_factory=list)
     rss_mib: dict[str, list[float]] = field(default_factory=dict)  # section -> per-process VmHWM
-    changelist: list = field(default_factory=list)  # bench_changelist.ChangelistCase
+    changelist: list[ChangelistCase] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -216,8 +223,6 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
         progress("claim time vs table size")
         results.claims = _claim_vs_size(config, progress)
         if not config.skip_bulk:
-            from .bench_changelist import changelist_bench
-
             results.changelist = changelist_bench(config.rows, progress=progress)
     finally:
         progress("cleaning up the bench's rows and reference table")
@@ -231,23 +236,9 @@ def bench_cleanup() -> None:
     matched by accident. Bench jobs are `jobs.noop`, so they own no timers,
     operations or inbound events; should one ever exist, the foreign key
     refuses the delete instead of leaving orphans."""
-    _delete_tenants(BENCH_TENANTS)
+    delete_tenants(BENCH_TENANTS)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {REFERENCE_TABLE}")
-
-
-def _delete_tenants(tenants: list[str]) -> None:
-    for start in range(0, len(tenants), 1000):
-        chunk = tenants[start : start + 1000]
-        with transaction.atomic(), connection.cursor() as cursor:
-            tenants_sql, params = _in_list(chunk)
-            cursor.execute(
-                f"DELETE FROM {JobEvent._meta.db_table} WHERE job_id IN "
-                f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
-                params,
-            )
-            cursor.execute(f"DELETE FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
-            cursor.execute(f"DELETE FROM {ReadyTenant._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
 
 
 def _vacuum() -> None:
@@ -258,10 +249,6 @@ def _vacuum() -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM {Job._meta.db_table}, {JobEvent._meta.db_table}, {ReadyTenant._meta.db_table}")
-
-
-def _in_list(values: list[str]) -> tuple[str, list[str]]:
-    return ", ".join(["%s"] * len(values)), list(values)
 
 
 def _header(config: BenchConfig) -> list[str]:
@@ -314,7 +301,7 @@ def _enqueue_rates(config: BenchConfig) -> list[tuple[str, int, float]]:
     started = time.perf_counter()
     store.enqueue_many(specs)
     many = time.perf_counter() - started
-    _delete_tenants([TENANT_ENQUEUE])
+    delete_tenants([TENANT_ENQUEUE])
     return [("one by one (Store.enqueue)", one_by_one, single), ("batched (Store.enqueue_many)", config.jobs, many)]
 
 
@@ -504,7 +491,8 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
     for n in config.processes:
         row(f"{config.jobs} jobs through {n} run_worker process(es)", config.jobs, n)
     # The many-tenant and batched rows run with 4 processes (or the most
-    # asked for, if fewer): the issue's targets are stated for 4.
+    # asked for, if fewer): their targets (80 % of the raw loop; 10,000
+    # jobs/s batched) are stated for 4.
     wide = min(4, max(config.processes))
     for tenants in config.tenants:
         jobs = max(config.jobs, 2 * tenants)
@@ -519,7 +507,7 @@ def _throughput_ours(jobs: int, processes: int, results: Results, *, tenants: in
                      batch: int = 1) -> tuple[float, int | None, list[int]]:
     """(seconds, WAL bytes written meanwhile, jobs each worker claimed)."""
     names = [TENANT_E2E] if tenants == 1 else MANY_TENANTS[:tenants]
-    _delete_tenants(names)
+    delete_tenants(names)
     _vacuum()
     args = ("--batch", str(batch)) if batch > 1 else ()
     with WorkerFleet(processes, label="e2e", poll_interval=0.5, args=args) as fleet:
@@ -536,7 +524,7 @@ def _throughput_ours(jobs: int, processes: int, results: Results, *, tenants: in
         results.rss_mib.setdefault("end to end", []).extend(fleet.peak_rss_mib())
         claimed_by = fleet.claimed()
     seconds = max((_as_aware(finished) - started).total_seconds(), 1e-6)
-    _delete_tenants(names)
+    delete_tenants(names)
     return seconds, wal, claimed_by
 
 
@@ -712,7 +700,7 @@ def _latency(config: BenchConfig, results: Results) -> list[Latency]:
     """Jobs enqueued one at a time in front of idle workers. The workers'
     poll interval is 1 s, so a NOTIFY that works shows as milliseconds and
     the polling fallback as hundreds of them."""
-    _delete_tenants([TENANT_LATENCY])
+    delete_tenants([TENANT_LATENCY])
     store = Store()
     interval = config.latency_interval_ms / 1000
     passes = [("notify", True)] if connection.vendor == "postgresql" else []
@@ -730,7 +718,7 @@ def _latency(config: BenchConfig, results: Results) -> list[Latency]:
             _wait_done(config.latency_jobs, fleet)
         results.rss_mib.setdefault("latency", []).extend(fleet.peak_rss_mib())
     samples = _start_delays_ms()
-    _delete_tenants([TENANT_LATENCY])
+    delete_tenants([TENANT_LATENCY])
     rows = []
     for prefix, with_notify in passes:
         label = ("NOTIFY (workers poll every 1 s)" if with_notify
@@ -773,21 +761,21 @@ def percentile(samples: list[float], p: float) -> float:
 
 def _claim_vs_size(config: BenchConfig, progress: Callable[[str], None]) -> list[ClaimCase]:
     other_rows = Job.objects.exclude(tenant__in=BENCH_TENANTS).count()
-    _tidy()
+    tidy()
     cases = [ClaimCase("table as found", other_rows, *_claim_times("empty", config.claims))]
     if config.skip_bulk:
         return cases
     for state in ("DONE", "WAITING_EXTERNAL"):
         progress(f"claim time: loading {config.rows} {state} rows")
         started = time.perf_counter()
-        _bulk_load(state, config.rows)
-        _tidy()
+        bulk_load(state, config.rows)
+        tidy()
         load_seconds = time.perf_counter() - started
         progress(f"claim time: {config.claims} claims with {config.rows} {state} rows")
         timings = _claim_times(state.lower(), config.claims)
         cases.append(ClaimCase(f"+ {config.rows:,} {state}", other_rows + config.rows, *timings,
                                load_seconds=load_seconds))
-        _delete_tenants(BULK_TENANTS)
+        delete_tenants(BULK_TENANTS)
     return cases
 
 
@@ -830,7 +818,7 @@ def _claim_times(case: str, claims: int, tenants: list[str] | None = None) -> tu
         if i >= warmup:
             claim_ms.append((claimed - started) * 1000)
             total_ms.append((finished - started) * 1000)
-    _delete_tenants(tenants)
+    delete_tenants(tenants)
     counted = [b for b in buffers if b is not None]
     return statistics.median(claim_ms), statistics.median(total_ms), (
         int(statistics.median(counted)) if counted else None)
@@ -843,8 +831,8 @@ def _claim_buffers(worker: str) -> int | None:
     builder changed shape."""
     if connection.vendor != "postgresql":
         return None
-    from . import claim as claim_sql
-    from .clock import Clock
+    from jobs import claim as claim_sql
+    from jobs.clock import Clock
 
     try:
         sql, params = claim_sql._statement(claim_sql._FAIR_PG, worker, Clock(None), 30.0, None, [BENCH_ACTION], 1)
@@ -860,64 +848,6 @@ def _claim_buffers(worker: str) -> int | None:
     return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
 
 
-def _bulk_load(state: str, rows: int) -> None:
-    """`rows` jobs in `state`, spread over the bulk tenants: one server-side
-    INSERT … SELECT on PostgreSQL, chunked executemany on SQLite. Half of the
-    WAITING rows have a wake-up time a month away (timers that have not
-    come due)."""
-    waiting = state.startswith("WAITING")
-    reason = "bench: waiting for a reply" if waiting else ""
-    table = Job._meta.db_table
-    columns = (
-        "tenant, key, action, subject_type, subject_id, payload, state, priority, attempts, max_attempts, "
-        "first_attempt_at, recoveries, lease_epoch, worker_id, wait_reason, wake_at, last_error, "
-        "created_at, updated_at, finished_at"
-    )
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"""
-                INSERT INTO {table} ({columns})
-                SELECT 'bench-bulk-' || lpad((g %% {len(BULK_TENANTS)})::text, 2, '0'), %(prefix)s || g,
-                       'jobs.noop', '', '', '{{}}'::jsonb, %(state)s, 0, 1, 5,
-                       now() - interval '1 hour', 0, 1, '', %(reason)s,
-                       CASE WHEN %(waiting)s AND g %% 2 = 0 THEN now() + interval '30 days' END, '',
-                       now() - interval '1 hour', now(), CASE WHEN %(done)s THEN now() END
-                FROM generate_series(1, %(rows)s) AS g
-                """,
-                {"prefix": f"bulk-{state.lower()}-", "state": state, "reason": reason, "waiting": waiting,
-                 "done": state == "DONE", "rows": rows},
-            )
-            return
-        now = timezone.now()
-        hour_ago = connection.ops.adapt_datetimefield_value(now - timedelta(hours=1))
-        wake = connection.ops.adapt_datetimefield_value(now + timedelta(days=30))
-        stamp = connection.ops.adapt_datetimefield_value(now)
-        insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * 20)})"
-        chunk = 10_000
-        for start in range(0, rows, chunk):
-            cursor.executemany(insert, [
-                (BULK_TENANTS[g % len(BULK_TENANTS)], f"bulk-{state.lower()}-{g}", "jobs.noop", "", "", "{}",
-                 state, 0, 1, 5, hour_ago, 0, 1, "", reason, wake if waiting and g % 2 == 0 else None, "",
-                 hour_ago, stamp, stamp if state == "DONE" else None)
-                for g in range(start + 1, min(rows, start + chunk) + 1)
-            ])
-
-
-def _tidy() -> None:
-    """Bring the table to the state autovacuum keeps a production table in:
-    planner statistics current (after a 1M-row load they would not be yet,
-    and the figure would measure a stale plan rather than the claim) and no
-    dead rows left by the bench's own deletes. Plain VACUUM takes no lock that
-    blocks other sessions' reads or writes. SQLite: ANALYZE only (its VACUUM
-    rewrites the whole file)."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"VACUUM (ANALYZE) {Job._meta.db_table}")
-        else:
-            cursor.execute(f"ANALYZE {Job._meta.db_table}")
-
-
 # ---------------------------------------------------------------- the table
 
 
@@ -926,7 +856,7 @@ def render(results: Results) -> str:
     out = [*results.header, ""]
 
     out.append("ENQUEUE")
-    out += _table(
+    out += table(
         ["", "jobs", "seconds", "jobs/s"],
         [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}"] for label, n, s in results.enqueue],
     )
@@ -951,9 +881,9 @@ def render(results: Results) -> str:
                 label += f" ({t.jobs:,} jobs)"
             if t.batch > 1:
                 # Batched: the target is a rate (the raw loop then claims as many per statement).
-                target = f"{_verdict(t.rate >= TARGET_BATCH_RATE)} (≥ {TARGET_BATCH_RATE:,.0f}/s)"
+                target = f"{verdict(t.rate >= TARGET_BATCH_RATE)} (≥ {TARGET_BATCH_RATE:,.0f}/s)"
             else:
-                target = _verdict(ratio >= TARGET_REFERENCE_SHARE) if ratio else "n/a"
+                target = verdict(ratio >= TARGET_REFERENCE_SHARE) if ratio else "n/a"
             rows.append([
                 label,
                 f"{t.rate:,.0f}", f"{t.seconds:.2f}",
@@ -965,8 +895,8 @@ def render(results: Results) -> str:
                 _wal_text(t.wal_per_job(t.runs)) + " / " + _wal_text(t.wal_per_job(t.ref_runs)),
                 "/".join(map(str, t.claimed_by)),
             ])
-        out += _table(["", "ours jobs/s", "s", "reference jobs/s", "s", "ours/ref",
-                       f"≥ {TARGET_REFERENCE_SHARE:.0%}", "WAL B/job ours/ref", "jobs per worker"], rows)
+        out += table(["", "ours jobs/s", "s", "reference jobs/s", "s", "ours/ref",
+                      f"≥ {TARGET_REFERENCE_SHARE:.0%}", "WAL B/job ours/ref", "jobs per worker"], rows)
         out.append("")
 
     if results.latency:
@@ -979,8 +909,8 @@ def render(results: Results) -> str:
             p50 = lat.pct(50)
             rows.append([lat.label, str(len(lat.samples_ms)), f"{p50:.1f}", f"{lat.pct(95):.1f}",
                          f"{lat.pct(99):.1f}", f"{max(lat.samples_ms, default=float('nan')):.1f}",
-                         _verdict(p50 < TARGET_P50_MS) if lat.target else "(fallback)"])
-        out += _table(["", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", f"p50 < {TARGET_P50_MS:.0f} ms"], rows)
+                         verdict(p50 < TARGET_P50_MS) if lat.target else "(fallback)"])
+        out += table(["", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", f"p50 < {TARGET_P50_MS:.0f} ms"], rows)
         out.append("")
 
     if results.tenant_claims:
@@ -991,10 +921,10 @@ def render(results: Results) -> str:
         for i, case in enumerate(results.tenant_claims):
             ratio = case.claim_ms / base
             rows.append([case.label, f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
-                         "" if i == 0 else _verdict(ratio <= TARGET_TENANT_CLAIM_RATIO),
+                         "" if i == 0 else verdict(ratio <= TARGET_TENANT_CLAIM_RATIO),
                          f"{case.buffers:,}" if case.buffers is not None else "n/a"])
-        out += _table(["", "claim ms", "claim+finish ms", "vs first", f"≤ {TARGET_TENANT_CLAIM_RATIO:g}×",
-                       "buffers/claim"], rows)
+        out += table(["", "claim ms", "claim+finish ms", "vs first", f"≤ {TARGET_TENANT_CLAIM_RATIO:g}×",
+                      "buffers/claim"], rows)
         out.append("")
 
     if results.claims:
@@ -1006,12 +936,12 @@ def render(results: Results) -> str:
             ratio = case.claim_ms / base
             rows.append([
                 case.label, f"{case.other_rows:,}", f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}",
-                f"{ratio:.2f}×", "" if i == 0 else _verdict(ratio <= TARGET_CLAIM_RATIO),
+                f"{ratio:.2f}×", "" if i == 0 else verdict(ratio <= TARGET_CLAIM_RATIO),
                 f"{case.buffers:,}" if case.buffers is not None else "n/a",
                 f"{case.load_seconds:.1f}" if case.load_seconds is not None else "",
             ])
-        out += _table(["", "other rows", "claim ms", "claim+finish ms", "vs first",
-                       f"≤ {TARGET_CLAIM_RATIO}×", "buffers/claim", "load s"], rows)
+        out += table(["", "other rows", "claim ms", "claim+finish ms", "vs first",
+                      f"≤ {TARGET_CLAIM_RATIO}×", "buffers/claim", "load s"], rows)
         out.append("")
 
     if results.rss_mib:
@@ -1020,13 +950,11 @@ def render(results: Results) -> str:
         for section, peaks in results.rss_mib.items():
             if peaks:
                 rows.append([section, str(len(peaks)), f"{statistics.median(peaks):.1f}", f"{max(peaks):.1f}",
-                             _verdict(max(peaks) < TARGET_RSS_MIB)])
+                             verdict(max(peaks) < TARGET_RSS_MIB)])
             else:
                 rows.append([section, "0", "n/a", "n/a", "n/a (no /proc)"])
-        out += _table(["", "processes", "median MiB", "max MiB", f"< {TARGET_RSS_MIB:.0f} MiB"], rows)
+        out += table(["", "processes", "median MiB", "max MiB", f"< {TARGET_RSS_MIB:.0f} MiB"], rows)
         out.append("")
-
-    from .bench_changelist import render_changelist
 
     out += render_changelist(results.changelist)
 
@@ -1046,16 +974,3 @@ def render(results: Results) -> str:
 
 def _wal_text(per_job: float | None) -> str:
     return f"{per_job:,.0f}" if per_job is not None else "n/a"
-
-
-def _verdict(ok: bool) -> str:
-    return "ok" if ok else "MISS"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = []
-    for r in [head, *rows]:
-        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return lines

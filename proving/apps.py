@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class ProvingConfig(AppConfig):
+    """What measures the system: the benchmark (`manage.py bench`) and the
+    chaos run (`manage.py chaos`), with the benchmark's own no-op action.
+    No models. Depends on `jobs`, `operations` and `connectors`; nothing
+    depends on it."""
+
+    name = "proving"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,115 @@
+"""What the benchmark's sections share: the bulk tenants and loading,
+deleting and tidying their rows, and the plain-text table the figures are
+printed in. `bench.py` (the engine's sections) and `bench_changelist.py`
+(the console's) both import from here; `bench.py` imports `bench_changelist.py`,
+and neither this module nor `bench_changelist.py` imports `bench.py`."""
+
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobs.models import Job, JobEvent, ReadyTenant
+
+# Bulk rows are spread over many tenants, as a production table's are.
+BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
+
+
+# ---------------------------------------------------------------- the bench's rows
+
+
+def delete_tenants(tenants: list[str]) -> None:
+    """Delete the jobs of exactly these tenants, their history and their
+    ready-tenant rows, a thousand tenants per transaction."""
+    for start in range(0, len(tenants), 1000):
+        chunk = tenants[start : start + 1000]
+        with transaction.atomic(), connection.cursor() as cursor:
+            tenants_sql, params = in_list(chunk)
+            cursor.execute(
+                f"DELETE FROM {JobEvent._meta.db_table} WHERE job_id IN "
+                f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
+                params,
+            )
+            cursor.execute(f"DELETE FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
+            cursor.execute(f"DELETE FROM {ReadyTenant._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
+
+
+def in_list(values: list[str]) -> tuple[str, list[str]]:
+    """Placeholders and parameters for `IN (…)` over `values`."""
+    return ", ".join(["%s"] * len(values)), list(values)
+
+
+def bulk_load(state: str, rows: int) -> None:
+    """`rows` jobs in `state`, spread over the bulk tenants: one server-side
+    INSERT … SELECT on PostgreSQL, chunked executemany on SQLite. Half of the
+    WAITING rows have a wake-up time a month away (timers that have not
+    come due)."""
+    waiting = state.startswith("WAITING")
+    reason = "bench: waiting for a reply" if waiting else ""
+    table = Job._meta.db_table
+    columns = (
+        "tenant, key, action, subject_type, subject_id, payload, state, priority, attempts, max_attempts, "
+        "first_attempt_at, recoveries, lease_epoch, worker_id, wait_reason, wake_at, last_error, "
+        "created_at, updated_at, finished_at"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"""
+                INSERT INTO {table} ({columns})
+                SELECT 'bench-bulk-' || lpad((g %% {len(BULK_TENANTS)})::text, 2, '0'), %(prefix)s || g,
+                       'jobs.noop', '', '', '{{}}'::jsonb, %(state)s, 0, 1, 5,
+                       now() - interval '1 hour', 0, 1, '', %(reason)s,
+                       CASE WHEN %(waiting)s AND g %% 2 = 0 THEN now() + interval '30 days' END, '',
+                       now() - interval '1 hour', now(), CASE WHEN %(done)s THEN now() END
+                FROM generate_series(1, %(rows)s) AS g
+                """,
+                {"prefix": f"bulk-{state.lower()}-", "state": state, "reason": reason, "waiting": waiting,
+                 "done": state == "DONE", "rows": rows},
+            )
+            return
+        now = timezone.now()
+        hour_ago = connection.ops.adapt_datetimefield_value(now - timedelta(hours=1))
+        wake = connection.ops.adapt_datetimefield_value(now + timedelta(days=30))
+        stamp = connection.ops.adapt_datetimefield_value(now)
+        insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * 20)})"
+        chunk = 10_000
+        for start in range(0, rows, chunk):
+            cursor.executemany(insert, [
+                (BULK_TENANTS[g % len(BULK_TENANTS)], f"bulk-{state.lower()}-{g}", "jobs.noop", "", "", "{}",
+                 state, 0, 1, 5, hour_ago, 0, 1, "", reason, wake if waiting and g % 2 == 0 else None, "",
+                 hour_ago, stamp, stamp if state == "DONE" else None)
+                for g in range(start + 1, min(rows, start + chunk) + 1)
+            ])
+
+
+def tidy() -> None:
+    """Bring the table to the state autovacuum keeps a production table in:
+    planner statistics current (after a 1M-row load they would not be yet,
+    and the figure would measure a stale plan rather than the claim) and no
+    dead rows left by the bench's own deletes. Plain VACUUM takes no lock that
+    blocks other sessions' reads or writes. SQLite: ANALYZE only (its VACUUM
+    rewrites the whole file)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"VACUUM (ANALYZE) {Job._meta.db_table}")
+        else:
+            cursor.execute(f"ANALYZE {Job._meta.db_table}")
+
+
+# ---------------------------------------------------------------- the table
+
+
+def verdict(ok: bool) -> str:
+    """A figure against its target: `ok` or `MISS`."""
+    return "ok" if ok else "MISS"
+
+
+def table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Rows under a header, the first column left-aligned, the others right."""
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = []
+    for r in [head, *rows]:
+        cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
