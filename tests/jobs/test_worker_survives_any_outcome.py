@@ -29,7 +29,7 @@ RUNS: dict[str, int] = {}  # job key → how many times its handler ran
 _runs_lock = threading.Lock()
 
 
-@action("hardening.scripted", retry=RetryPolicy(initial_interval=0.01, max_interval=0.05, max_attempts=1))
+@action("test.scripted", retry=RetryPolicy(initial_interval=0.01, max_interval=0.05, max_attempts=1))
 def scripted(ctx):
     with _runs_lock:
         RUNS[ctx.key] = RUNS.get(ctx.key, 0) + 1
@@ -41,7 +41,7 @@ def scripted(ctx):
 
 def script(store, key: str, outcome, **enqueue) -> None:
     SCRIPTS[key] = outcome
-    store.enqueue("studio", key, action="hardening.scripted", payload={"script": key}, **enqueue)
+    store.enqueue("studio", key, action="test.scripted", payload={"script": key}, **enqueue)
 
 
 def job(key: str) -> Job:
