@@ -1,6 +1,7 @@
 """A consumer failure whose message the database cannot store is still
-recorded, escaped, as a failed delivery (issue 10: the rule of items 1–2
-holds for the outbox relay too)."""
+recorded, escaped, as a failed delivery: whatever a consumer raises, the
+relay records it and retries, as the worker does with whatever a handler
+raises (test_worker_survives_any_outcome.py)."""
 
 import pytest
 from django.db import transaction

@@ -1,5 +1,8 @@
 """No handler outcome and no failing write may kill a worker's slot or its
-heartbeat, nor run a handler again (issue 10, items 1 and 2).
+heartbeat, nor run a handler again. An outcome the engine refuses (a result
+that is not JSON, a wait into a state it cannot reach, a delay past the
+recovery window) sends its job to an operator once; text the database cannot
+store is escaped; a provider's Retry-After is capped by its ceiling.
 
 Handlers here are scripted per job: the payload names a behaviour in
 SCRIPTS, so one in-process worker can be fed any outcome at all.
