@@ -1,6 +1,7 @@
 """Every dependency's lower bound is a full patch release (x.y.z) that the
-installed, tested release satisfies (issue 10, item 11): "Django>=5.2" would
-let an install pick 5.2.0, with every later security fix missing."""
+installed, tested release satisfies, so no install can pick an older release
+with known fixes missing: "Django>=5.2" would let an install pick 5.2.0, with
+every later security fix missing."""
 
 import re
 import tomllib

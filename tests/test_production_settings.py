@@ -1,6 +1,7 @@
-"""Production mode refuses unsafe configuration and passes Django's deploy
-checks; logins are throttled; server errors are logged with their traceback
-(issue 10, item 8)."""
+"""Production mode refuses unsafe configuration (DEBUG on, no secret key or
+provider API key, a provider URL that is not https) and passes Django's deploy
+checks; logins are throttled and weak passwords refused; server errors are
+logged with their traceback."""
 
 import os
 import secrets

@@ -148,8 +148,9 @@ MUTANTS: list[Mutant] = [
     Mutant("skip-locked-tenant", "concurrent claimers step over locked rows (the claim for listed tenants)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="\n_GLOBAL_PG = \"\"\""),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
-    # Depends on the lookup reference check of issue 10 item 4 (a minimal one
-    # lives in connectors/email_http.py; the hardening stream may reword it).
+    # A provider's lookup may list other operations' messages: only one that
+    # carries this operation's client reference is ours (the filter in
+    # connectors/email_http.py; if that line is reworded, update the pattern).
     Mutant("lookup-reference-check", "a lookup adopts only a message carrying this operation's reference", (
         Edit("connectors/email_http.py",
              'ours = [m for m in matches if m.get("client_reference") == client_reference]',

@@ -4,16 +4,16 @@ event enqueues the email)."""
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from company.services import customer_ensure, quote_create, tenant_ensure
 from jobs.models import OutboxEvent
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def test_approving_a_quote_in_the_admin_emits_its_event_once(client):
-    admin = get_user_model().objects.create_superuser("boss", password="pw")
+    admin = UserFactory(username="boss", superuser=True)
     client.force_login(admin)
     tenant = tenant_ensure(slug="studio")
     customer = customer_ensure(tenant=tenant, email="ada@example.com", name="Ada")

@@ -5,9 +5,9 @@ reviewer of `acme` who must never see `studio`'s jobs."""
 import pytest
 from django.contrib.auth.models import Group
 
-from company.models import Membership, Tenant
 from jobs.models import Job, JobEvent
 from jobs.store import Store
+from tests.factories import MembershipFactory, TenantFactory
 
 
 def newest_event(job) -> int:
@@ -28,18 +28,16 @@ def ensure_roles():
 @pytest.fixture
 def tenants(db):
     ensure_roles()
-    return Tenant.objects.create(slug="studio", name="Studio"), Tenant.objects.create(slug="acme", name="Acme")
+    return TenantFactory(slug="studio"), TenantFactory(slug="acme")
 
 
 @pytest.fixture
-def people(tenants, django_user_model):
+def people(tenants):
     studio, acme = tenants
 
     def person(name, group, tenant, role):
-        user = django_user_model.objects.create_user(name, password="pw", is_staff=True)  # noqa: S106
-        user.groups.add(Group.objects.get(name=group))
-        Membership.objects.create(user=user, tenant=tenant, role=role)
-        return user
+        return MembershipFactory(user__username=name, user__groups=[Group.objects.get(name=group)], tenant=tenant,
+                                 role=role).user
 
     return {
         "reviewer": person("rita", "reviewers", studio, "reviewer"),

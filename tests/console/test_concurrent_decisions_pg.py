@@ -9,17 +9,17 @@ from django.contrib.admin.models import LogEntry
 from django.db import connection
 
 from jobs.review import AlreadyDecided, job_approve, job_reject
+from tests.factories import MembershipFactory, UserFactory
 
 from .conftest import make_job, newest_event
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def test_two_concurrent_decisions_one_wins_the_other_is_told(people, django_user_model):
+def test_two_concurrent_decisions_one_wins_the_other_is_told(people):
     job = make_job("q-1", "WAITING_REVIEW")
-    second = django_user_model.objects.create_user("ruth", is_staff=True)
-    second.groups.add(*people["reviewer"].groups.all())
-    second.memberships.create(tenant=people["reviewer"].memberships.get().tenant, role="reviewer")
+    second = UserFactory(username="ruth", staff=True, groups=people["reviewer"].groups.all())
+    MembershipFactory(user=second, tenant=people["reviewer"].memberships.get().tenant, role="reviewer")
     seen = newest_event(job)
     start = threading.Barrier(2)
     outcomes = {}

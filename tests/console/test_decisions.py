@@ -7,6 +7,7 @@ from django.contrib.admin.models import LogEntry
 
 from jobs.models import Job
 from operations.models import Operation
+from tests.factories import ConnectorPauseFactory, MembershipFactory, OperationFactory, UserFactory
 
 from .conftest import decide, make_job, newest_event
 
@@ -102,15 +103,14 @@ def test_decisions_are_post_only(client, people):
     assert job.state == "WAITING_REVIEW"
 
 
-def test_the_second_of_two_decisions_on_the_same_page_is_told_who_decided(client, people, django_user_model):
+def test_the_second_of_two_decisions_on_the_same_page_is_told_who_decided(client, people):
     job = make_job("q-1", "WAITING_REVIEW")
     seen = newest_event(job)
     client.force_login(people["reviewer"])
     client.post(f"/admin/console/jobs/{job.pk}/decide/approve/", {"note": "fine", "seen_event": seen})
 
-    second = django_user_model.objects.create_user("ruth", is_staff=True)
-    second.groups.add(*people["reviewer"].groups.all())
-    second.memberships.create(tenant=people["reviewer"].memberships.get().tenant, role="reviewer")
+    second = UserFactory(username="ruth", staff=True, groups=people["reviewer"].groups.all())
+    MembershipFactory(user=second, tenant=people["reviewer"].memberships.get().tenant, role="reviewer")
     client.force_login(second)
     page = client.post(f"/admin/console/jobs/{job.pk}/decide/reject/", {"note": "no", "seen_event": seen},
                        follow=True).content.decode()
@@ -148,8 +148,7 @@ def test_an_invalid_correction_is_refused_and_changes_nothing(client, people):
 @pytest.mark.parametrize("op_state", ["INTENDED", "UNKNOWN", "ACCEPTED", "NEEDS_INVESTIGATION"])
 def test_correction_is_refused_while_an_operation_may_have_reached_the_provider(client, people, op_state):
     job = make_job("q-1", "WAITING_REVIEW", action="connectors.send_email", payload=EMAIL)
-    Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-idempotent", kind="email.send",
-                             request_digest="x", request=EMAIL, state=op_state)
+    OperationFactory(job=job, provider="sim-idempotent", request=EMAIL, state=op_state)
     client.force_login(people["reviewer"])
     page = client.post(f"/admin/console/jobs/{job.pk}/decide/correct/", {
         "note": "x", "seen_event": newest_event(job), "correct-to": "ana@example.com", "correct-subject": "s",
@@ -161,8 +160,7 @@ def test_correction_is_refused_while_an_operation_may_have_reached_the_provider(
 
 def test_resolving_a_job_with_an_operation_in_doubt_goes_through_the_operation(client, people):
     job = make_job("q-1", "NEEDS_ATTENTION", action="connectors.send_email", payload=EMAIL)
-    op = Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-bare", kind="email.send",
-                                  request_digest="x", request=EMAIL, state="NEEDS_INVESTIGATION")
+    op = OperationFactory(job=job, provider="sim-bare", request=EMAIL, state="NEEDS_INVESTIGATION")
     client.force_login(people["operator"])
     page = client.get(f"/admin/console/jobs/{job.pk}/").content.decode()
     assert f"/admin/operations/operation/{op.pk}/decide/" in page and "/decide/resolve/" not in page
@@ -185,12 +183,9 @@ def test_resolving_a_job_with_an_operation_in_doubt_goes_through_the_operation(c
 
 
 def test_a_reviewer_cannot_decide_operations_nor_clear_pauses(client, people):
-    from operations.models import ConnectorPause
-
     job = make_job("q-1", "NEEDS_ATTENTION", action="connectors.send_email", payload=EMAIL)
-    op = Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-bare", kind="email.send",
-                                  request_digest="x", request=EMAIL, state="NEEDS_INVESTIGATION")
-    pause = ConnectorPause.objects.create(tenant="studio", provider="sim-bare", status_code=401, reason="401")
+    op = OperationFactory(job=job, provider="sim-bare", request=EMAIL, state="NEEDS_INVESTIGATION")
+    pause = ConnectorPauseFactory(provider="sim-bare")
     client.force_login(people["reviewer"])
     assert "Decide what became of it" not in client.get(f"/admin/operations/operation/{op.pk}/change/").content.decode()
     assert client.post(f"/admin/operations/operation/{op.pk}/decide/", {
@@ -202,13 +197,11 @@ def test_a_reviewer_cannot_decide_operations_nor_clear_pauses(client, people):
 
 
 def test_clearing_a_pause_retries_the_jobs_it_held_back(client, people):
-    from operations.models import ConnectorPause
-
     store_job = make_job("q-1", "NEEDS_ATTENTION")
     Job.objects.filter(pk=store_job.pk).update(
         last_error="sim-bare refused the credentials of tenant studio while sending (HTTP 401)")
     other = make_job("q-2", "NEEDS_ATTENTION")
-    pause = ConnectorPause.objects.create(tenant="studio", provider="sim-bare", status_code=401, reason="401")
+    pause = ConnectorPauseFactory(provider="sim-bare")
     client.force_login(people["operator"])
     page = client.get(f"/admin/operations/connectorpause/{pause.pk}/clear/").content.decode()
     assert "q-1" in page and "q-2" not in page

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs.models import Job, JobEvent
 from operations.models import Operation
+from tests.factories import MembershipFactory, OperationFactory, UserFactory
 
 from .conftest import make_job
 
@@ -34,8 +35,7 @@ def test_every_list_shows_only_the_users_tenants(client, people):
     mine = make_job("mine-1", "NEEDS_ATTENTION")
     theirs = make_job("theirs-1", "NEEDS_ATTENTION", tenant="acme")
     for job in (mine, theirs):
-        Operation.objects.create(tenant=job.tenant, job=job, step="send", provider="sim-bare", kind="email.send",
-                                 request_digest="x", request={"to": f"{job.key}@example.com"}, state="UNKNOWN")
+        OperationFactory(job=job, provider="sim-bare", request={"to": f"{job.key}@example.com"}, state="UNKNOWN")
     client.force_login(people["operator"])
     for url in ("/admin/jobs/job/", "/admin/operations/operation/", "/admin/console/attention/",
                 "/admin/jobs/job/?q=theirs", "/admin/jobs/job/?tenant=acme"):
@@ -50,12 +50,11 @@ def test_every_list_shows_only_the_users_tenants(client, people):
     assert "?tenant=studio" in listing and "?tenant=acme" not in listing
 
 
-def test_staff_without_view_permission_cannot_open_operations_by_url(client, django_user_model, people):
+def test_staff_without_view_permission_cannot_open_operations_by_url(client, people):
     job = make_job("q-1", "NEEDS_ATTENTION")
-    op = Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-bare", kind="email.send",
-                                  request_digest="x", request={}, state="UNKNOWN")
-    bare = django_user_model.objects.create_user("bare", is_staff=True)
-    bare.memberships.create(tenant=people["viewer"].memberships.get().tenant, role="viewer")
+    op = OperationFactory(job=job, provider="sim-bare", request={}, state="UNKNOWN")
+    bare = UserFactory(username="bare", staff=True)
+    MembershipFactory(user=bare, tenant=people["viewer"].memberships.get().tenant, role="viewer")
     client.force_login(bare)
     assert client.get(f"/admin/operations/operation/{op.pk}/change/").status_code == 403
     assert client.get("/admin/operations/receipt/").status_code == 403

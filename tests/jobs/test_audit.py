@@ -8,17 +8,17 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from jobs.audit import consistency_audit
-from jobs.models import Job, OutboxEvent, Timer
+from jobs.models import Job
 from operations.models import Operation, OperationState
+from tests.factories import OperationFactory, OutboxEventFactory, TimerFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def unknown_operation(store, key, *, hours_ago):
     job = store.enqueue("studio", key)
-    op = Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-idempotent",
-                                  kind="email.send", request_digest="d" * 64, request={"to": "a@example.com"},
-                                  state=OperationState.UNKNOWN, attempts=1, last_error="read timeout")
+    op = OperationFactory(job=job, provider="sim-idempotent", state=OperationState.UNKNOWN, attempts=1,
+                          last_error="read timeout")
     Operation.objects.filter(pk=op.pk).update(updated_at=timezone.now() - timedelta(hours=hours_ago))
     return op
 
@@ -58,13 +58,11 @@ def test_the_audit_files_a_stale_lease_and_an_old_unknown_operation_once_with_ev
 
 def test_the_audit_files_quarantined_outbox_events_and_long_overdue_timers(store):
     now = timezone.now()
-    event = OutboxEvent.objects.create(tenant="studio", aggregate_type="quote", aggregate_id="17", sequence=1,
-                                       event_type="quote.accepted", state="QUARANTINED", attempts=10,
-                                       last_error="consumer crashed", created_at=now)
-    overdue = Timer.objects.create(tenant="studio", scheduled_for=now - timedelta(hours=3), reason="invoice reminder",
-                                   job_key="remind-42", created_at=now - timedelta(days=1))
-    Timer.objects.create(tenant="studio", scheduled_for=now - timedelta(minutes=1), reason="just due",
-                         created_at=now)
+    event = OutboxEventFactory(aggregate_id="17", event_type="quote.accepted", state="QUARANTINED", attempts=10,
+                               last_error="consumer crashed", created_at=now)
+    overdue = TimerFactory(scheduled_for=now - timedelta(hours=3), reason="invoice reminder", job_key="remind-42",
+                           created_at=now - timedelta(days=1))
+    TimerFactory(scheduled_for=now - timedelta(minutes=1), reason="just due", created_at=now)
 
     report = consistency_audit()
 

@@ -1,5 +1,9 @@
-"""Batched claims and fairness across many tenants (issue 11), on whichever
-database the suite runs on: the same semantics on SQLite and PostgreSQL."""
+"""Batched claims and fairness across many tenants, on whichever database
+the suite runs on, with the same semantics on SQLite and PostgreSQL: among a
+thousand busy tenants one that gets a job starts within two claims and a large
+backlog gets no more than its share, a batch is spread over tenants as single
+claims are and respects the lease cap, and each job of a batch keeps its own
+fence."""
 
 import signal
 import time

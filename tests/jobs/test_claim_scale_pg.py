@@ -1,6 +1,7 @@
-"""Claims under concurrency and at scale on PostgreSQL (issue 11): the lease
-cap holds with eight racing processes, batched claims pass the same race as
-single ones, a claim right after a bulk load reads by primary key, and the
+"""Claims under concurrency and at scale on PostgreSQL, where fairness and
+the lease cap must survive real races and large tables: the lease cap holds
+with eight racing processes, batched claims pass the same race as single
+ones, a claim right after a bulk load reads by primary key, and the
 ready-tenant table the fair claim samples from stays right."""
 
 import json

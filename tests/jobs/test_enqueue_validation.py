@@ -1,5 +1,8 @@
 """`enqueue` and `enqueue_many` validate input with one function and name
-the bad field; nothing is written for a refused job (issue 10, item 3)."""
+the bad field; nothing is written for a refused job. Input the engine could
+not store or run as asked (NaN or NUL in the payload, an over-long key, a
+date past year 9999, no attempts allowed, a 50 MB payload) is refused at the
+door, and one bad spec refuses its whole batch."""
 
 import math
 

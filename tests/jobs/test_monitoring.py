@@ -4,12 +4,12 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.models import Job, OutboxEvent
-from operations.models import Operation, OperationState
+from operations.models import OperationState
+from tests.factories import OperationFactory, OutboxEventFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -38,10 +38,8 @@ def test_metrics_reflect_a_known_set_of_jobs(client, store, settings):
     waiting = store.enqueue("studio", "waiting")
     epoch = store.claim("studio", "waiting", "w1")
     store.wait("studio", "waiting", "w1", epoch, reason="reply")
-    Operation.objects.create(tenant="studio", job=waiting, step="send", provider="sim-idempotent", kind="email.send",
-                             request_digest="d" * 64, request={}, state=OperationState.UNKNOWN)
-    OutboxEvent.objects.create(tenant="studio", aggregate_type="quote", aggregate_id="1", sequence=1,
-                               event_type="quote.sent", state="QUARANTINED", created_at=timezone.now())
+    OperationFactory(job=waiting, request={}, state=OperationState.UNKNOWN)
+    OutboxEventFactory(state="QUARANTINED")
 
     samples = scrape(client, HTTP_AUTHORIZATION="Bearer scrape-secret")
 
@@ -65,21 +63,20 @@ def test_metrics_are_refused_without_a_staff_session_or_the_token(client, settin
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     settings.METRICS_TOKEN = ""  # no token configured: no token is accepted
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
-    client.force_login(User.objects.create_user("viewer", password="pw"))
+    client.force_login(UserFactory(username="viewer"))
     assert client.get("/metrics").status_code == 403
     # A staff member scoped to one tenant would read every tenant's figures.
-    client.force_login(User.objects.create_user("staff", password="pw", is_staff=True))
+    client.force_login(UserFactory(username="staff", staff=True))
     response = client.get("/metrics")
     assert response.status_code == 403 and "every tenant" in response.json()["error"]
-    client.force_login(User.objects.create_superuser("root", password="pw"))
+    client.force_login(UserFactory(username="root", superuser=True))
     assert "durable_jobs" in client.get("/metrics").content.decode()
 
 
 def test_readyz_turns_503_when_the_outbox_lag_passes_its_threshold(client, settings):
     settings.READYZ_MAX_OUTBOX_LAG_SECONDS = 60
     assert client.get("/readyz").json() == {"status": "ready"}
-    OutboxEvent.objects.create(tenant="studio", aggregate_type="quote", aggregate_id="1", sequence=1,
-                               event_type="quote.sent", created_at=timezone.now() - timedelta(seconds=30))
+    OutboxEventFactory(aggregate_id="1", created_at=timezone.now() - timedelta(seconds=30))
     assert client.get("/readyz").status_code == 200
     OutboxEvent.objects.filter(aggregate_id="1").update(created_at=timezone.now() - timedelta(minutes=5))
     response = client.get("/readyz")

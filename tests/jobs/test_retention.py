@@ -5,11 +5,17 @@ import time
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from jobs.retention import retention_sweep
 from operations.models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt
+from tests.factories import (
+    ConnectorPauseFactory,
+    InboundEventFactory,
+    OperationFactory,
+    ReceiptFactory,
+    TimerFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -28,13 +34,11 @@ def finished(store, key, *, days_ago, state="DONE", payload=None, tenant="studio
 
 
 def operation(job, state=OperationState.ACCEPTED, *, receipt=True):
-    op = Operation.objects.create(tenant=job.tenant, job=job, step="send", provider="sim-idempotent",
-                                  kind="email.send", request_digest="d" * 64,
-                                  request={"to": "a@example.com", "body": "the email body"}, state=state)
+    op = OperationFactory(job=job, provider="sim-idempotent", request={"to": "a@example.com", "body": "the email body"},
+                          state=state)
     OperationEvent.objects.create(operation=op, kind="dispatch", to_state=state)
     if receipt:
-        Receipt.objects.create(operation=op, provider_reference="msg_1", accepted_at=timezone.now(), how="direct",
-                               recorded_by="w1")
+        ReceiptFactory(operation=op, provider_reference="msg_1")
     return op
 
 
@@ -54,16 +58,13 @@ def test_retention_deletes_only_finished_work_past_the_cutoff_in_batches_and_kee
     operation(waiting, OperationState.ACCEPTED)
     # Finished, but something live still refers to it.
     with_timer = finished(store, "old-with-pending-timer", days_ago=40)
-    Timer.objects.create(tenant="studio", job=with_timer, scheduled_for=timezone.now(), reason="remind",
-                         created_at=timezone.now())
+    TimerFactory(job=with_timer, reason="remind")
     with_unmatched = finished(store, "old-with-unmatched-inbound", days_ago=40)
-    InboundEvent.objects.create(provider="sim", event_id="e-1", event_type="reply", state="UNMATCHED",
-                                job=with_unmatched, received_at=timezone.now())
+    InboundEventFactory(event_id="e-1", job=with_unmatched)
     in_doubt = finished(store, "old-with-operation-in-doubt", days_ago=40)
     operation(in_doubt, OperationState.UNKNOWN, receipt=False)
     paused = finished(store, "old-named-by-a-pause", days_ago=40)
-    ConnectorPause.objects.create(tenant="studio", provider="sim-idempotent", reason="401",
-                                  operation=operation(paused, OperationState.FAILED, receipt=False))
+    ConnectorPauseFactory(provider="sim-idempotent", operation=operation(paused, OperationState.FAILED, receipt=False))
 
     report = retention_sweep(retention_days=30, redact_after_days=7, batch_size=2)
 

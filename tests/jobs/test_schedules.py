@@ -6,7 +6,7 @@ from datetime import timedelta
 from multiprocessing import Value
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import call_command
 from django.utils import timezone
@@ -16,8 +16,8 @@ from django_q.scheduler import scheduler
 from django_q.signing import SignedPackage
 from django_q.worker import worker
 
-from company.models import Tenant
 from jobs.models import Job
+from tests.factories import TenantFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -74,8 +74,8 @@ def test_install_schedules_creates_the_defaults_once_and_keeps_a_retimed_one(cap
 
 
 def test_a_late_and_repeated_trigger_of_the_invoice_plan_creates_one_obligation_per_tenant():
-    Tenant.objects.create(slug="studio", name="Studio")
-    Tenant.objects.create(slug="atelier", name="Atelier")
+    TenantFactory(slug="studio")
+    TenantFactory(slug="atelier")
     call_command("install_schedules")
     intended = timezone.now().replace(hour=0, minute=5, second=0, microsecond=0) - timedelta(days=1)
     # The cluster was down: the trigger fires hours after its time.
@@ -125,7 +125,7 @@ def test_a_schedule_naming_another_function_is_refused_when_it_fires():
 def test_only_a_superuser_may_add_or_change_a_schedule_and_only_to_a_listed_function(client):
     call_command("install_schedules")
     schedule = Schedule.objects.get(name="retention-sweep")
-    staff = User.objects.create_user("ops", password="pw", is_staff=True)
+    staff = UserFactory(username="ops", staff=True)
     staff.user_permissions.set(Permission.objects.filter(content_type__app_label="django_q"))
     client.force_login(staff)
     assert client.get("/admin/django_q/schedule/add/").status_code == 403
@@ -133,7 +133,7 @@ def test_only_a_superuser_may_add_or_change_a_schedule_and_only_to_a_listed_func
     page = client.get(f"/admin/django_q/schedule/{schedule.pk}/change/")
     assert page.status_code == 200 and b'name="func"' not in page.content  # read only
 
-    root = User.objects.create_superuser("root", password="pw")
+    root = UserFactory(username="root", superuser=True)
     client.force_login(root)
     refused = client.post("/admin/django_q/schedule/add/", {
         "name": "evil", "func": "os.system", "schedule_type": "D", "repeats": -1,

@@ -5,9 +5,10 @@ import pytest
 from jobs.errors import InvalidTransition, NeedsAttention
 from operations.digest import canonical_json, request_digest
 from operations.errors import OperationStateError
-from operations.models import ConnectorPause, Operation, OperationEvent, Receipt
+from operations.models import Operation, OperationEvent, Receipt
 from operations.selectors import connector_pause_active, operations_needing_investigation
 from operations.services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human
+from tests.factories import ConnectorPauseFactory, MembershipFactory, TenantFactory, UserFactory
 
 from .support import attempt, enqueue_email, job
 
@@ -121,7 +122,7 @@ def test_confirming_nothing_was_sent_lets_the_next_attempt_send(store, in_doubt,
 
 @pytest.mark.django_db
 def test_clearing_a_pause_is_recorded_and_harmless_twice():
-    ConnectorPause.objects.create(tenant="studio", provider="sim-idempotent", status_code=401, reason="401")
+    ConnectorPauseFactory(provider="sim-idempotent")
 
     cleared = connector_pause_clear(tenant="studio", provider="sim-idempotent", actor="ops", reason="key rotated")
 
@@ -135,7 +136,7 @@ def test_admin_shows_operations_read_only_and_clears_pauses(admin_client, in_dou
     op = Operation.objects.get()
     operation_resolve_by_human(operation=op, actor="olga", provider_reference="msg_by_hand", evidence={},
                                reason="seen in the dashboard")
-    pause = ConnectorPause.objects.create(tenant="studio", provider="sim-bare", status_code=403, reason="403")
+    pause = ConnectorPauseFactory(provider="sim-bare", status_code=403)
 
     listing = admin_client.get("/admin/operations/operation/")
     page = admin_client.get(f"/admin/operations/operation/{op.pk}/change/")
@@ -177,11 +178,9 @@ def test_operator_decides_an_operation_in_doubt_in_the_admin(admin_client, in_do
 
 
 @pytest.mark.django_db
-def test_staff_without_the_operator_permission_cannot_decide(client, django_user_model, in_doubt):
-    from company.models import Membership, Tenant
-
-    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
-    Membership.objects.create(user=viewer, tenant=Tenant.objects.create(slug="studio", name="Studio"), role="viewer")
+def test_staff_without_the_operator_permission_cannot_decide(client, in_doubt):
+    viewer = UserFactory(username="viewer", staff=True)
+    MembershipFactory(user=viewer, tenant=TenantFactory(slug="studio"), role="viewer")
     client.force_login(viewer)
     op = Operation.objects.get()
     assert client.post(f"/admin/operations/operation/{op.pk}/decide/",

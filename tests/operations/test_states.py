@@ -5,13 +5,13 @@ import pytest
 from operations.errors import OperationStateError
 from operations.models import Operation, OperationEvent
 from operations.states import operation_transition
+from tests.factories import OperationFactory
 
 
 @pytest.fixture
 def accepted(store):
     job = store.enqueue("studio", "send-1", action="connectors.send_email")
-    return Operation.objects.create(tenant="studio", job=job, step="send", provider="sim-idempotent",
-                                    kind="email.send", request_digest="0" * 64, request={}, state="ACCEPTED")
+    return OperationFactory(job=job, request={}, state="ACCEPTED")
 
 
 @pytest.mark.django_db

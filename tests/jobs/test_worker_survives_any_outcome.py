@@ -1,5 +1,8 @@
 """No handler outcome and no failing write may kill a worker's slot or its
-heartbeat, nor run a handler again (issue 10, items 1 and 2).
+heartbeat, nor run a handler again. An outcome the engine refuses (a result
+that is not JSON, a wait into a state it cannot reach, a delay past the
+recovery window) sends its job to an operator once; text the database cannot
+store is escaped; a provider's Retry-After is capped by its ceiling.
 
 Handlers here are scripted per job: the payload names a behaviour in
 SCRIPTS, so one in-process worker can be fed any outcome at all.
@@ -29,7 +32,7 @@ RUNS: dict[str, int] = {}  # job key → how many times its handler ran
 _runs_lock = threading.Lock()
 
 
-@action("hardening.scripted", retry=RetryPolicy(initial_interval=0.01, max_interval=0.05, max_attempts=1))
+@action("test.scripted", retry=RetryPolicy(initial_interval=0.01, max_interval=0.05, max_attempts=1))
 def scripted(ctx):
     with _runs_lock:
         RUNS[ctx.key] = RUNS.get(ctx.key, 0) + 1
@@ -41,7 +44,7 @@ def scripted(ctx):
 
 def script(store, key: str, outcome, **enqueue) -> None:
     SCRIPTS[key] = outcome
-    store.enqueue("studio", key, action="hardening.scripted", payload={"script": key}, **enqueue)
+    store.enqueue("studio", key, action="test.scripted", payload={"script": key}, **enqueue)
 
 
 def job(key: str) -> Job:

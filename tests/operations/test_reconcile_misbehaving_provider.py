@@ -1,7 +1,9 @@
-"""Reconciliation never adopts a message that is not this operation's, and
-the settle window is measured on the database's clock (issue 10, items 4
-and 5). The provider is scripted (tests.connectors.fakeprovider): it can
-answer what the simulator never would."""
+"""Reconciliation never adopts a message that is not this operation's (two
+messages for one reference need a person, not a guess), the settle window is
+measured on the database's clock, not the sending host's, and a provider's
+Retry-After is capped by its declared ceiling. The provider is scripted
+(tests.connectors.fakeprovider): it can answer what the simulator never
+would."""
 
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit

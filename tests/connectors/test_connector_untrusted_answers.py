@@ -1,6 +1,7 @@
-"""The HTTP connector trusts no provider answer blindly (issue 10, items 4
-and 9): a lookup adopts only a message carrying our reference, a slow drip
-cannot outlast the overall deadline, an endless answer is not read."""
+"""The HTTP connector trusts no provider answer blindly: a lookup adopts only
+a message carrying our reference (two for it are ambiguous, never a guess), a
+slow drip cannot outlast the overall deadline, an answer larger than the
+limit is not read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The inbound webhook answers bad input with 400, never 500, and a
-provider's secret acts only for its tenants and its own waits (issue 10,
-item 6; contracts C2, C3)."""
+provider's secret acts only for its tenants and its own waits: an authentic
+body the database cannot store (NaN, NUL, a lone surrogate, deep nesting) is
+refused and nothing is recorded, so is a 400-digit timestamp, and an event
+resumes only a job of a tenant its provider is bound to
+(INBOUND_PROVIDER_TENANTS) that waits on that provider (contracts C2, C3)."""
 
 import json
 import time

@@ -1,5 +1,7 @@
-"""A log line is one line, whatever its fields contain (issue 10, item 10),
-and a server error's traceback reaches the console (item 8)."""
+"""A log line is one line, whatever its fields contain: control characters
+in a field or a message are escaped, so a forged job key cannot print a line
+that passes for another record. A server error's traceback reaches the
+console, each of its lines indented under the record it belongs to."""
 
 import json
 import logging
