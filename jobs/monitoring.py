@@ -2,11 +2,16 @@
 figures come from `jobs.health` and `jobs.metrics`.
 
 - `GET /healthz` — liveness: the process answers and the database answers a
-  query. 200 `{"status": "ok"}` or 503 with the reason.
+  query. 200 `{"status": "ok"}` or 503 `{"status": "unavailable"}`.
 - `GET /readyz` — readiness: migrations are applied and the lags are under
   their thresholds (`READYZ_MAX_OUTBOX_LAG_SECONDS`,
-  `READYZ_MAX_READY_AGE_SECONDS`, `READYZ_MAX_TIMER_OVERDUE_SECONDS`). 200 or
-  503 with every failing reason.
+  `READYZ_MAX_READY_AGE_SECONDS`, `READYZ_MAX_TIMER_OVERDUE_SECONDS`). 200
+  `{"status": "ready"}` or 503 `{"status": "not ready"}`.
+
+  Probes are anonymous, so an anonymous answer says ok or not ok and nothing
+  else: a database error names roles and hosts, lags describe the business.
+  The reasons (`reason` / `reasons`) are added for `Authorization: Bearer
+  $METRICS_TOKEN` or a staff session.
 - `GET /metrics` — Prometheus text; a staff session that sees every tenant (a superuser) or
   `Authorization: Bearer $METRICS_TOKEN`, else 403 (401 with a wrong token).
 """
@@ -44,7 +49,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except DatabaseError as exc:
-        return JsonResponse({"status": "unavailable", "reason": f"database: {str(exc)[:200]}"}, status=503)
+        return _probe_answer(request, {"status": "unavailable"}, {"reason": f"database: {str(exc)[:200]}"},
+                             status=503)
     return JsonResponse({"status": "ok"})
 
 
@@ -73,8 +79,24 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except DatabaseError as exc:
         problems = [f"database: {str(exc)[:200]}"]
     if problems:
-        return JsonResponse({"status": "not ready", "reasons": problems}, status=503)
+        return _probe_answer(request, {"status": "not ready"}, {"reasons": problems}, status=503)
     return JsonResponse({"status": "ready"})
+
+
+def _probe_answer(request: HttpRequest, answer: dict, details: dict, *, status: int) -> JsonResponse:
+    """`answer`, plus `details` for those who may read them: the metrics
+    token, or a staff session. With the database down the session cannot be
+    read, so only the token shows why."""
+    if _bearer_ok(request) or _staff_session(request):
+        answer = {**answer, **details}
+    return JsonResponse(answer, status=status)
+
+
+def _staff_session(request: HttpRequest) -> bool:
+    try:
+        return bool(request.user.is_authenticated and request.user.is_staff)
+    except DatabaseError:  # the session and the user live in the database that failed
+        return False
 
 
 def _bearer_ok(request: HttpRequest) -> bool | None:
