@@ -20,7 +20,10 @@ provider with a secret but no entry may act for no tenant. And an event only
 resumes a job that waits on *that* provider (`Wait.external(...,
 provider="sim")`): an authentic event of one provider can never end a wait
 for another's, nor touch another tenant's job. Such an event is kept
-UNMATCHED, with the reason, for an operator.
+UNMATCHED, with the reason, for an operator. The binding is checked before
+the event's tenant is recorded: an event naming a tenant its provider may not
+act for is kept without a tenant (only those who see every tenant see it),
+never under the tenant it names.
 
 Body — one JSON object:
 
@@ -228,6 +231,10 @@ def inbound_event_receive(
             f"X-Signature-Timestamp {str(sent_at)[:20]} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
         )
     message = _parse(body)
+    # The event is filed under the tenant it names only when this provider
+    # may act for it: that tenant's operators see its events, and a valid
+    # secret must not let one provider plant events before another's.
+    tenant = message["tenant"] if message["tenant"] and _may_act_for(provider, message["tenant"]) else ""
 
     with transaction.atomic(durable=True):
         existing = InboundEvent.objects.filter(provider=provider, event_id=message["id"]).first()
@@ -239,7 +246,7 @@ def inbound_event_receive(
                     provider=provider,
                     event_id=message["id"],
                     event_type=message["type"],
-                    tenant=message["tenant"],
+                    tenant=tenant,
                     correlation=message["correlation"],
                     body=message,
                     state=Status.UNMATCHED,
@@ -321,6 +328,8 @@ def _may_act_for(provider: str, tenant: str) -> bool:
 def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     """Correlate and resume (inside the recording transaction)."""
     ref, notes = None, []
+    if message["tenant"] and event.tenant != message["tenant"]:
+        notes += [_unbound(event.provider, message["tenant"]), "recorded without a tenant"]
     for correlator in [_by_job_key, *_correlators]:
         try:
             # A correlator that fails is noted, not fatal: the event is kept.
@@ -338,9 +347,9 @@ def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     if not _may_act_for(event.provider, ref.tenant):
         # Checked before the job is even read: nothing of another tenant's
         # job is linked or revealed to this provider.
-        _unmatched(event, f"provider {event.provider!r} may not act for tenant {ref.tenant!r} "
-                          f"(INBOUND_PROVIDER_TENANTS binds it to {sorted(provider_tenants(event.provider)) or 'none'})")
+        _unmatched(event, "; ".join(dict.fromkeys([*notes, _unbound(event.provider, ref.tenant)])))
         return
+    event.tenant = ref.tenant  # bound: the event belongs to the tenant of the job it correlates to
     # Lock order: the job, then its timers (a timer sweep never waits for a
     # job's lock, so this cannot deadlock with it).
     job = Job.objects.select_for_update().filter(tenant=ref.tenant, key=ref.key).first()
@@ -370,13 +379,18 @@ def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     )
     event.state = Status.APPLIED
     event.note = f"resumed {job.tenant}/{job.key}" + (f"; cancelled {cancelled} pending timer(s)" if cancelled else "")
-    event.save(update_fields=["state", "job", "note"])
+    event.save(update_fields=["state", "tenant", "job", "note"])
+
+
+def _unbound(provider: str, tenant: str) -> str:
+    return (f"provider {provider!r} may not act for tenant {tenant!r} "
+            f"(INBOUND_PROVIDER_TENANTS binds it to {sorted(provider_tenants(provider)) or 'none'})")
 
 
 def _unmatched(event: InboundEvent, note: str) -> None:
     event.state = Status.UNMATCHED
     event.note = note
-    event.save(update_fields=["state", "job", "note"])
+    event.save(update_fields=["state", "tenant", "job", "note"])
 
 
 # ---------------------------------------------------------------- operators

@@ -9,10 +9,12 @@ import json
 import time
 
 import pytest
+from django.contrib.auth.models import Group
 
 from jobs.actions import Wait
 from jobs.inbound import signature_for
 from jobs.models import InboundEvent, Job
+from tests.factories import MembershipFactory, TenantFactory
 
 SECRET = "s3cret-for-tests"
 OTHER_SECRET = "another-providers-secret"
@@ -119,3 +121,30 @@ def test_the_binding_is_read_from_the_environment(monkeypatch):
     finally:
         monkeypatch.delenv("INBOUND_PROVIDER_TENANTS")
         importlib.reload(module)
+
+
+@pytest.mark.parametrize("correlation", [{"job_key": "send-quote-017"}, {}])
+def test_an_event_naming_a_tenant_its_provider_is_not_bound_to_is_not_filed_under_that_tenant(client, store,
+                                                                                             correlation):
+    # sim is bound to studio; it names bakery, whose operators must not see it.
+    waiting(store, tenant="bakery")
+    body = json.dumps({"id": "evt-1", "type": "message.reply", "tenant": "bakery", "correlation": correlation,
+                       "data": {}}).encode()
+    assert post(client, body).json()["status"] == "unmatched"
+    kept = InboundEvent.objects.get()
+    assert kept.tenant == "" and kept.job_id is None
+    assert "may not act for tenant 'bakery'" in kept.note
+
+    operator = MembershipFactory(tenant=TenantFactory(slug="bakery"), role="operator",
+                                 user__groups=[Group.objects.get(name="operators")]).user
+    client.force_login(operator)
+    assert "evt-1" not in client.get("/admin/jobs/inboundevent/").content.decode()
+    assert client.get(f"/admin/jobs/inboundevent/{kept.pk}/change/").status_code == 404
+
+
+def test_an_event_its_provider_may_send_is_filed_under_the_tenant_of_the_job_it_resumed(client, store):
+    job = waiting(store)
+    body = json.dumps({"id": "evt-2", "type": "message.reply", "correlation": {"job_key": job.key},
+                       "tenant": "studio", "data": {}}).encode()
+    assert post(client, body).json()["status"] == "applied"
+    assert InboundEvent.objects.get().tenant == "studio"
