@@ -35,14 +35,25 @@ Every enqueued `@task` call is a job of action `django_tasks.run` that
   A FAILED task that an operator retries in the admin becomes READY again.
   `errors` lists each failed attempt (exception class and traceback),
   `worker_ids` the worker of each attempt.
+
+A job's payload names its task by dotted path, and a payload is data anyone
+who can enqueue a job may write: the name is looked up among the `@task`
+functions declared on this backend (each registers itself when its module
+is imported) and nothing it names is ever imported. A worker that has not
+seen the task yet imports the `tasks` module of every installed app once
+(as Celery's autodiscovery does), then looks again; a name still unknown is
+refused (`InvalidTaskError`). So a `@task` lives in an installed app's
+`tasks` module, or in a module that app imports when it loads.
 """
 
 import copy
 import json
+import threading
 import traceback
 import uuid
+
 from django.db import transaction
-from django.utils.module_loading import import_string
+from django.utils.module_loading import autodiscover_modules
 from django_tasks.backends.base import BaseTaskBackend
 from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
@@ -79,6 +90,26 @@ class TaskRaised(TransientError):
         }
 
 
+# module path → the `@task` declared there, filled as task modules are
+# imported (`DurableBackend.validate_task`); the only tasks a job may run.
+_declared: dict[str, Task] = {}
+_discovery = threading.Lock()
+_discovered = False
+
+
+def _declared_task(name: str) -> Task | None:
+    """The `@task` declared under `name`, or None — never importing `name`
+    itself: first the tasks already declared, then, once per process, those
+    of the installed apps' `tasks` modules."""
+    global _discovered
+    if name not in _declared and not _discovered:
+        with _discovery:
+            if not _discovered:
+                autodiscover_modules("tasks")
+                _discovered = True
+    return _declared.get(name)
+
+
 class DurableBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = False
@@ -89,6 +120,13 @@ class DurableBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.tenant_prefix = self.options.get("TENANT_PREFIX", "tasks:")
         self.max_attempts = int(self.options.get("MAX_ATTEMPTS", 3))
+
+    def validate_task(self, task: Task) -> None:
+        """django-tasks' checks; a valid task declared on this backend is
+        registered as one a job may run (the first declaration of a path is
+        kept: `using()` copies are variants of it)."""
+        super().validate_task(task)
+        _declared.setdefault(task.module_path, task)
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
         """Store the call as a durable job, joining the caller's transaction.
@@ -165,14 +203,13 @@ class DurableBackend(BaseTaskBackend):
 
 def _task_of(job: Job) -> Task:
     """The `Task` a job runs, as declared by its module (its defaults are
-    replaced by what the call was enqueued with)."""
-    payload = job.payload
-    try:
-        declared = import_string(payload["task"])
-    except (ImportError, KeyError) as exc:
-        raise InvalidTaskError(f"job {job.pk} names no importable task: {exc}") from exc
-    if not isinstance(declared, Task):
-        raise InvalidTaskError(f"{payload['task']} is not a @task")
+    replaced by what the call was enqueued with). `InvalidTaskError` when
+    the payload names no registered `@task` (nothing it names is imported)."""
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    name = payload.get("task")
+    declared = _declared_task(name) if isinstance(name, str) else None
+    if declared is None:
+        raise InvalidTaskError(f"job {job.pk} names no registered @task: {str(name)[:200]!r}")
     # Not `using()`: that validates again against this process's settings,
     # and a job accepted at enqueue stays an obligation even if a queue was
     # since removed from the configuration.

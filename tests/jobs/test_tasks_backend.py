@@ -1,6 +1,7 @@
 """The Django tasks API on the durable engine: `@task` functions enqueued
 through the framework's public API, run by a real `run_worker` process."""
 
+import sys
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,7 @@ from django.utils import timezone
 from django_tasks import TaskResultStatus, default_task_backend
 from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
 
+from jobs.tasks_backend import ACTION
 from tests.engineapp.tasks import attempt_number, explode, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,3 +90,30 @@ def test_a_task_that_takes_context_sees_its_attempt(manage, tmp_path):
     manage.run("run_worker", "--until-idle", "--poll-interval", "0.2")
     assert attempt_number.get_result(result.id).return_value == 1
     assert lines(out) == ["attempt 1"]
+
+
+def test_a_payload_naming_no_registered_task_is_refused_before_anything_is_imported(manage, tmp_path, store):
+    alarm = tmp_path / "imported.txt"
+    manage.env = {**manage.env, "IMPORT_ALARM": str(alarm)}
+    forged = store.enqueue(default_task_backend.tenant_for("default"), "task-forged", action=ACTION,
+                           payload={"task": "tests.engineapp.import_alarm.not_a_task", "queue_name": "default",
+                                    "backend": "default", "args": [], "kwargs": {}}, max_attempts=1)
+
+    manage.run("run_worker", "--until-idle", "--poll-interval", "0.2")
+
+    assert not alarm.exists(), "the worker imported the module the payload named"
+    forged.refresh_from_db()
+    assert forged.state == "NEEDS_ATTENTION" and "no registered @task" in forged.last_error
+    # Reading its result refuses it the same way, here too without importing it.
+    with pytest.raises(InvalidTaskError, match="no registered @task"):
+        default_task_backend.get_result("default:forged")
+    assert "tests.engineapp.import_alarm" not in sys.modules
+
+
+def test_a_registered_task_in_a_module_the_worker_never_imported_still_runs(manage, tmp_path):
+    # The worker process imports no test module itself: it finds `record` in
+    # the installed app's `tasks` module when a job first names it.
+    out = tmp_path / "calls.txt"
+    result = record.enqueue(str(out), "found")
+    manage.run("run_worker", "--until-idle", "--poll-interval", "0.2")
+    assert record.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
