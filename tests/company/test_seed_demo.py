@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from company.models import Customer, Invoice, Quote
+from company.models import Customer, Invoice, Quote, Tenant
 from jobs.models import OutboxEvent
 
 pytestmark = pytest.mark.django_db
@@ -31,3 +31,10 @@ def test_seed_demo_refuses_a_negative_count():
     with pytest.raises(CommandError, match="0 or more"):
         call_command("seed_demo", "--quotes", "-1")
     assert not Quote.objects.exists()
+
+
+def test_seed_demo_refuses_to_run_in_production(settings):
+    settings.PRODUCTION = True
+    with pytest.raises(CommandError, match="refuses to run with DURABLE_PRODUCTION=1"):
+        call_command("seed_demo", "--tenant", "live")
+    assert not Tenant.objects.exists() and not Quote.objects.exists()

@@ -50,7 +50,7 @@ from jobs.states import State
 from jobs.store import Store
 from operations.models import Operation
 
-from .seed_demo import invoice_number, quote_number, seed
+from .seed_demo import invoice_number, quote_number, refuse_in_production, seed
 
 ROOT = Path(settings.BASE_DIR) if hasattr(settings, "BASE_DIR") else Path(__file__).resolve().parents[3]
 REPLY_PROVIDER = "mailer"
@@ -85,9 +85,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="Port the admin is served on (default: 8000).")
 
     def handle(self, *args, **opts):
-        if getattr(settings, "PRODUCTION", False) or os.environ.get("DURABLE_PRODUCTION") == "1":
-            raise CommandError("the demo creates users with known passwords; it refuses to run with "
-                               "DURABLE_PRODUCTION=1")
+        refuse_in_production("the demo creates users with known passwords")
         self.tenant_slug = opts["tenant"]
         self.children: list[subprocess.Popen] = []
         self.secret = (getattr(settings, "INBOUND_WEBHOOK_SECRETS", None) or {}).get(REPLY_PROVIDER) or "demo-secret"

@@ -5,6 +5,7 @@ outbox (DESIGN §10). Idempotent by business keys; creates no users."""
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -37,6 +38,13 @@ def invoice_number(i: int) -> str:
     return f"INV-{i:04d}"
 
 
+def refuse_in_production(what: str) -> None:
+    """`CommandError` with DURABLE_PRODUCTION=1: demo data (and demo users)
+    have no place in production — a seeded quote's email really goes out."""
+    if getattr(settings, "PRODUCTION", False):
+        raise CommandError(f"{what}; it refuses to run with DURABLE_PRODUCTION=1")
+
+
 def seed(*, tenant_slug: str, quotes: int, invoices: int) -> dict:
     """Create what is missing; returns how many quotes were approved and
     invoices issued by this call (0 and 0 on a repeated call)."""
@@ -65,7 +73,8 @@ def seed(*, tenant_slug: str, quotes: int, invoices: int) -> dict:
 class Command(BaseCommand):
     help = ("Create a demo tenant with customers, overdue invoices (their reminders are planned through the "
             "outbox) and N quotes approved through quote_approve (each one's email is enqueued through the "
-            "outbox). Idempotent by quote and invoice number; creates no users.")
+            "outbox). Idempotent by quote and invoice number; creates no users. Refuses to run with "
+            "DURABLE_PRODUCTION=1.")
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", default="demo", help="Tenant slug (default: demo).")
@@ -73,6 +82,8 @@ class Command(BaseCommand):
         parser.add_argument("--invoices", type=int, default=4, help="Open invoices to issue (default: 4).")
 
     def handle(self, *args, **opts):
+        refuse_in_production("seed_demo creates demo customers, invoices and approved quotes whose emails a worker "
+                             "sends")
         if opts["quotes"] < 0 or opts["invoices"] < 0:
             raise CommandError("--quotes and --invoices must be 0 or more")
         try:
