@@ -37,12 +37,32 @@ capability the provider did not declare), so it is not a ``ProviderError``.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 ACCEPTED = "accepted"
+
+# The userinfo of a URL (`scheme://user:pass@`): up to the last "@" before
+# the host's end, so an unencoded "@" in a password is covered too.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+
+
+def redact_credentials(value: Any) -> Any:
+    """`value` with the credentials of every URL in it replaced by `***`
+    (`https://user:pass@host` → `https://***@host`): a string, or the strings
+    inside lists and dicts (evidence). The one rule for what leaves a
+    connector: a provider URL may carry credentials, and its errors and
+    evidence are stored on operations and jobs and shown in the console."""
+    if isinstance(value, str):
+        return _URL_USERINFO.sub(r"\g<scheme>***@", value)
+    if isinstance(value, Mapping):
+        return {key: redact_credentials(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_credentials(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -111,10 +131,13 @@ class ProviderError(Exception):
         status: int | None = None,
         evidence: Mapping[str, Any] | None = None,
     ) -> None:
+        # Every provider error passes here on its way to storage: no URL
+        # credentials in what is kept (`redact_credentials`).
+        detail = redact_credentials(detail)
         super().__init__(detail)
         self.detail = detail
         self.status = status
-        self.evidence: dict[str, Any] = dict(evidence or {})
+        self.evidence: dict[str, Any] = redact_credentials(dict(evidence or {}))
 
     def __str__(self) -> str:
         prefix = f"HTTP {self.status}: " if self.status is not None else ""

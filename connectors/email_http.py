@@ -42,6 +42,7 @@ from connectors.base import (
     ProviderRejected,
     ProviderThrottled,
     ProviderUnavailable,
+    redact_credentials,
 )
 
 # Used when a 429 carries no usable Retry-After.
@@ -129,8 +130,10 @@ class HttpEmailConnector(Connector):
     ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
-        self.base_url = base_url.rstrip("/")
+            raise ValueError(f"base_url must be an http(s) URL, not {redact_credentials(base_url)!r}")
+        # Credentials in the URL are never sent (the API key is) and never
+        # shown: this is the URL as errors, evidence and repr name it.
+        self.base_url = redact_credentials(base_url.rstrip("/"))
         self._scheme = url.scheme
         self._host = url.hostname
         self._port = url.port

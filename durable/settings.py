@@ -183,9 +183,10 @@ if PRODUCTION:
     if not env("PROVIDER_API_KEY", default=""):
         raise environ.ImproperlyConfigured("PROVIDER_API_KEY must be set when DURABLE_PRODUCTION=1")
     if urlsplit(PROVIDER_URL).scheme != "https":
+        # The scheme only: the URL may carry credentials, and this is logged.
         raise environ.ImproperlyConfigured(
             f"PROVIDER_URL must be an https URL when DURABLE_PRODUCTION=1 (the API key travels with every "
-            f"request), not {PROVIDER_URL!r}"
+            f"request), not a {urlsplit(PROVIDER_URL).scheme or 'scheme-less'!r} URL"
         )
 
 # Inbound webhooks (DESIGN §7): per-provider HMAC-SHA256 secrets, e.g.
