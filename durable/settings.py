@@ -50,6 +50,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "durable.security.ContentSecurityPolicyMiddleware",
     # Static files (the admin's CSS) served by the application itself, with
     # DEBUG off, as in production (DESIGN §1: the console is the product).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -62,6 +63,15 @@ MIDDLEWARE = [
     # Last, as django-axes requires: it turns a locked-out login into its answer.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy (durable.security): scripts, styles, images and
+# fonts from this origin only, no inline script or style, no plugins, no
+# framing, forms post only here. The admin and the console work under it.
+CONTENT_SECURITY_POLICY = env(
+    "CONTENT_SECURITY_POLICY",
+    default="default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+            "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for
 # one username from one address, that pair is locked out for

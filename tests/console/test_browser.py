@@ -196,3 +196,60 @@ def test_the_admin_stylesheet_loads(login, live_server):
     # The stylesheet applied: the admin's header has its coloured background.
     background = page.evaluate("getComputedStyle(document.getElementById('header')).backgroundColor")
     assert background not in ("rgba(0, 0, 0, 0)", "transparent")
+
+
+CSP_WATCH = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_and_the_console_work_under_the_content_security_policy(login, live_server):
+    from tests.factories import InboundEventFactory
+
+    attention = make_job("invoice-9", "NEEDS_ATTENTION")
+    InboundEventFactory(tenant="studio", event_id="evt-stray")
+    InboundEventFactory(tenant="studio", event_id="evt-stray-2")
+    page = login("operator")
+    reported = []
+    page.on("console", lambda message: reported.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    page.add_init_script(CSP_WATCH)
+    seen = []
+
+    def visit(path, name):
+        response = page.goto(f"{live_server.url}{path}")
+        assert response.status == 200, path
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        shot(page, name)
+        seen.extend(page.evaluate("window.__cspViolations"))
+
+    visit("/admin/", "csp-index")
+    page.get_by_text("Queue health").first.wait_for()
+    # The navigation sidebar's toggle (admin/js/nav_sidebar.js) works.
+    visit("/admin/jobs/job/", "csp-job-list")
+    sidebar_open = page.evaluate("document.getElementById('main').classList.contains('shifted')")
+    page.locator("#toggle-nav-sidebar").click()
+    assert page.evaluate("document.getElementById('main').classList.contains('shifted')") != sidebar_open
+    # The changelist's actions (admin/js/actions.js): select all, pick an action, run it.
+    visit("/admin/jobs/inboundevent/", "csp-inbound-list")
+    page.locator("#action-toggle").check()
+    assert page.locator("input.action-select:checked").count() == 2
+    page.get_by_text("2 of 2 selected").wait_for()
+    page.locator("select[name=action]").select_option("resolve_inbound")
+    page.get_by_role("button", name="Go").click()
+    page.get_by_text("Mark unmatched events resolved: 2.").wait_for()
+    seen.extend(page.evaluate("window.__cspViolations"))
+    # A console decision page, its form, and the timeline.
+    visit(f"/admin/console/jobs/{attention.pk}/", "csp-decision")
+    # The console's stylesheet applied (it replaced the inline styles the policy blocks).
+    assert page.evaluate("getComputedStyle(document.querySelector('.console-decide .why')).borderLeftWidth") == "4px"
+    decide_in_form(page, "Retry now", "credentials rotated")
+    page.get_by_text("is now READY").wait_for()
+    seen.extend(page.evaluate("window.__cspViolations"))
+    visit(f"/admin/console/jobs/{attention.pk}/timeline/", "csp-timeline")
+    visit("/admin/console/attention/", "csp-attention")
+
+    assert (seen, reported) == ([], [])
