@@ -74,16 +74,40 @@ CONTENT_SECURITY_POLICY = env(
 )
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for
-# one username from one address, that pair is locked out for
-# AXES_COOLOFF_MINUTES. Behind a reverse proxy set AXES_IPWARE_PROXY_COUNT
-# (how many proxies append to X-Forwarded-For) so the client's address, not
-# the proxy's, is the one counted.
+# one username from one client address, that pair is locked out for
+# AXES_COOLOFF_MINUTES — the attacker's address, never the real user's
+# logging in from another one.
 AUTHENTICATION_BACKENDS = ["durable.auth.LoginThrottleBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_IPWARE_PROXY_COUNT = env.int("AXES_IPWARE_PROXY_COUNT", default=0) or None
+# The client address (django-ipware, as django-axes asks it). Reached
+# directly: the peer's address (REMOTE_ADDR); X-Forwarded-For is then only
+# the client's own words and is ignored. Behind REVERSE_PROXY_COUNT reverse
+# proxies, each appending the address it received the request from to
+# X-Forwarded-For: the address the outermost one saw, i.e. the entry
+# REVERSE_PROXY_COUNT from the right. What a client writes into the header
+# stays to the left of it and is never counted. Set it only when every
+# request comes through those proxies.
+if env("AXES_IPWARE_PROXY_COUNT", default=None) is not None:
+    raise environ.ImproperlyConfigured(
+        "AXES_IPWARE_PROXY_COUNT is replaced by REVERSE_PROXY_COUNT: the number of reverse proxies in front of "
+        "Django (1 for one nginx)")
+REVERSE_PROXY_COUNT = env.int("REVERSE_PROXY_COUNT", default=0)
+if REVERSE_PROXY_COUNT < 0:
+    raise environ.ImproperlyConfigured(f"REVERSE_PROXY_COUNT must be 0 or more, not {REVERSE_PROXY_COUNT}")
+if REVERSE_PROXY_COUNT:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+    AXES_IPWARE_PROXY_ORDER = "left-most"
+    # ipware counts the proxy addresses listed after the client's, and the
+    # proxy nearest to Django is REMOTE_ADDR, not listed.
+    AXES_IPWARE_PROXY_COUNT = REVERSE_PROXY_COUNT - 1
+    # A longer header (entries the client wrote) still yields the entry our
+    # proxies appended, instead of falling back to the proxy's own address.
+    IPWARE_STRICT = False
+else:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
