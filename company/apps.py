@@ -4,3 +4,13 @@ from django.apps import AppConfig
 class CompanyConfig(AppConfig):
     name = "company"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # This app's decision, with its own permission (DESIGN §14): approving
+        # a quote sends its email, so it needs `company.approve_quote` and a
+        # reviewer's membership in the quote's tenant (a tenant-level decision:
+        # no job state involved).
+        from jobs.access import REVIEWER, Decision, register_decision
+
+        register_decision(Decision("approve_quote", "Approve quote", "company.approve_quote",
+                                   frozenset({REVIEWER}), frozenset()))

@@ -108,6 +108,8 @@ class Quote(models.Model):
         ordering = ["tenant", "number"]
         constraints = [models.UniqueConstraint(fields=["tenant", "number"], name="quote_unique_tenant_number")]
         indexes = [models.Index(fields=["tenant", "status"], name="quote_tenant_status")]
+        # A decision (DESIGN §14): the plain `change` permission does not approve.
+        permissions = [("approve_quote", "Can approve quotes (their emails are then sent)")]
 
     def __str__(self):
         return f"{self.number} [{self.status}]"

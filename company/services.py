@@ -132,7 +132,16 @@ def quote_submit(*, quote: Quote, actor: str) -> Quote:
 def quote_approve(*, quote: Quote, actor: str) -> Quote:
     """DRAFT or PENDING_APPROVAL → APPROVED, with the `quote.approved` event
     whose consumer enqueues `send-quote-<number>` (the email goes out once,
-    however often the event is delivered). Raises `QuoteStateError`."""
+    however often the event is delivered). Raises `QuoteStateError`.
+
+    For a script or a command acting as `actor`; a person in the admin
+    approves through `company.review.quote_approve_by` (permission, role,
+    tenant, admin history)."""
+    return quote_approve_locked(quote=quote, actor=actor)
+
+
+def quote_approve_locked(*, quote: Quote, actor: str) -> Quote:
+    """`quote_approve` inside the caller's transaction (the decision's)."""
     return _quote_change(_locked_quote(quote), to=QS.APPROVED, allowed={QS.DRAFT, QS.PENDING_APPROVAL},
                          event_type="quote.approved", actor=actor, approved_by=actor)
 

@@ -23,6 +23,7 @@ def ensure_roles():
     from django.apps import apps
 
     import_module("company.migrations.0002_console_roles").create_roles(apps, None)
+    import_module("company.migrations.0004_quote_approval_permission").grant(apps, None)
 
 
 @pytest.fixture

@@ -253,3 +253,30 @@ def test_the_admin_and_the_console_work_under_the_content_security_policy(login,
     visit("/admin/console/attention/", "csp-attention")
 
     assert (seen, reported) == ([], [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reviewer_approves_a_quote_of_their_tenant_and_never_sees_another_tenants(login, live_server):
+    from decimal import Decimal
+
+    from company.models import Quote
+    from company.services import customer_ensure, quote_create, tenant_ensure
+
+    def quote(slug, number):
+        tenant = tenant_ensure(slug=slug)
+        customer = customer_ensure(tenant=tenant, email=f"buyer@{slug}.example", name=f"Buyer of {slug}")
+        return quote_create(tenant=tenant, number=number, customer=customer, amount=Decimal("1200"))
+
+    mine, theirs = quote("studio", "Q-0100"), quote("acme", "Q-0200")
+    page = login("reviewer")
+    page.goto(f"{live_server.url}/admin/company/quote/")
+    page.get_by_role("link", name="Q-0100").wait_for()
+    assert page.get_by_text("Q-0200").count() == 0
+    page.get_by_role("row", name="Q-0100").get_by_role("checkbox").check()
+    page.locator("select[name=action]").select_option("approve")
+    page.get_by_role("button", name="Go").click()
+    page.get_by_text("Q-0100 approved; its email is queued").wait_for()
+    shot(page, "company-quote-approved")
+    assert Quote.objects.get(pk=mine.pk).status == "APPROVED"
+    assert page.goto(f"{live_server.url}/admin/company/quote/{theirs.pk}/change/").status == 404
+    assert Quote.objects.get(pk=theirs.pk).status == "DRAFT"
