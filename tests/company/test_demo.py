@@ -1,11 +1,29 @@
 """`make demo` runs `manage.py demo`: the company story must work end to end
-(real simulator and worker processes, a SIGKILL after acceptance), without
-serving the admin."""
+(real simulator and worker processes, a SIGKILL after acceptance), with and
+without serving the admin; it streams as it happens, installs the calendar's
+schedules, and ends with what to do next."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django_q.models import Schedule
 
 from company.models import Membership, Quote
+from jobs.models import Job, JobEvent
+from jobs.review import job_approve
+from tests.console.conftest import ensure_roles
+from tests.support import ProcessOutput, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -29,6 +47,20 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     assert "invoice-reminder-INV-0001: proposed by agent:rules" in out
     assert "proposed 1 new;" in out and "proposed 0 new" in out
     assert "the provider holds 4 message(s); most for one operation: 1" in out
+    # Why INV-0001's reminder is both planned and waiting for a reviewer.
+    inv1 = next(line for line in out.splitlines() if line.startswith("  INV-0001"))
+    assert "its reminder was planned for" in inv1 and "but agent:rules proposed reminding it now" in inv1
+    assert "the reminder job waits for a reviewer (WAITING_REVIEW)" in inv1
+    assert "approved, one reminder goes out at once" in inv1
+    # The calendar's schedules, and what to do next (serving comes first: DEMO_SERVE=0 serves nothing).
+    assert "calendar (django-q2, `install_schedules`): created invoice-reminder-plan" in out
+    assert set(Schedule.objects.values_list("name", flat=True)) == set(settings.DURABLE_SCHEDULES)
+    next_steps = out[out.index("What to do next"):]
+    assert "1. serve the admin: run the demo again without DEMO_SERVE=0" in next_steps
+    assert "as 'reviewer' (an existing user the demo left unchanged: your password)" in next_steps
+    review = Job.objects.get(tenant="story", key="invoice-reminder-INV-0001")
+    assert f"approve invoice-reminder-INV-0001 at http://127.0.0.1:8000/admin/console/jobs/{review.pk}/" in next_steps
+    assert "manage.py run_worker" not in next_steps  # no simulator outlives a DEMO_SERVE=0 run
 
     # An existing user is never changed; the others get their memberships (C4).
     reviewer = User.objects.get(username="reviewer")
@@ -41,6 +73,78 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     again = manage.run("demo", "--tenant", "story", timeout=240).stdout
     assert "told the story before" in again
     assert "the provider holds 4 message(s); most for one operation: 1" in again
+    assert "already installed: invoice-reminder-plan, retention-sweep, consistency-audit" in again
+    assert Schedule.objects.count() == len(settings.DURABLE_SCHEDULES)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_served_demo_streams_its_story_and_says_who_approves_what_where(manage, tmp_path):
+    # Written into a pipe, as `make demo | tee log` does — without the
+    # PYTHONUNBUFFERED the other tests give their processes.
+    manage.env = {**{k: v for k, v in manage.env.items() if k != "PYTHONUNBUFFERED"},
+                  "DEMO_STATE_DIR": str(tmp_path / "demo-state")}
+    ensure_roles()  # the groups of the migrations (a transactional test before this one flushed them)
+    port = free_port()
+    demo = manage.start("demo", "--tenant", "story", "--port", str(port))
+    out = ProcessOutput(demo)
+    try:
+        # Each part of the story arrives while the demo is still running.
+        out.wait_for("1. seeded tenant 'story'", timeout=240)
+        out.wait_for("What to do next", timeout=240)
+        out.wait_for(f"Admin: http://127.0.0.1:{port}/admin/", timeout=240)
+        assert demo.poll() is None
+        base = f"http://127.0.0.1:{port}"
+
+        # `/` opens the console (the admin's login first).
+        def root():
+            try:
+                urllib.request.build_opener(NoRedirect).open(f"{base}/", timeout=5)
+            except urllib.error.HTTPError as answer:
+                return answer
+            except OSError:
+                return None  # the server is still starting
+        answer = wait_for(root, timeout=60, what="the demo's server")
+        assert (answer.code, answer.headers["Location"]) == (302, "/admin/")
+
+        text = out.text()
+        assert f"log in at {base}/admin/ as 'reviewer' with the password 'demo-password'" in text
+        reminder = Job.objects.get(tenant="story", key="invoice-reminder-INV-0001")
+        follow_up = Job.objects.get(tenant="story", key="quote-follow-up-Q-0002")
+        for job in (reminder, follow_up):
+            assert f"approve {job.key} at {base}/admin/console/jobs/{job.pk}/" in text
+
+        # The second terminal's worker: the demo's simulator and provider.
+        simulator = re.search(r"provider simulator at (http://\S+)", text).group(1)
+        command = next(line.strip() for line in text.splitlines() if "manage.py run_worker" in line)
+        assert f"PROVIDER_URL={simulator}" in command
+        assert "OPERATIONS_DEFAULT_EMAIL_PROVIDER=sim-lookup" in command
+        assert f"DATABASE_URL={manage.env['DATABASE_URL']}" in command
+        extra = subprocess.run(f"{command} --until-idle", shell=True, cwd=ROOT, capture_output=True, text=True,
+                               timeout=120, env={k: v for k, v in os.environ.items() if k != "DATABASE_URL"})
+        assert extra.returncode == 0, extra.stdout + extra.stderr
+
+        # Doing what it says: the reviewer approves the reminder, and it goes out once.
+        newest = JobEvent.objects.filter(job=reminder).order_by("-id").values_list("id", flat=True).first()
+        job_approve(job_id=reminder.pk, user=get_user_model().objects.get(username="reviewer"),
+                    note="overdue, remind now", seen_event=newest)
+        done = wait_for(lambda: Job.objects.filter(pk=reminder.pk, state="DONE").first(), timeout=120,
+                        what="the approved reminder to be sent")
+        assert done.result["sent"] is True
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        rest = out.finish(timeout=60)
+    assert "stopping the worker, the simulator and the server" in rest
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
 
 
 @pytest.mark.django_db(transaction=True)

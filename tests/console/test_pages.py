@@ -188,3 +188,9 @@ def test_the_job_admin_page_links_to_the_consoles_pages_that_apply(client, peopl
     page = client.get(f"/admin/jobs/job/{done.pk}/change/").content.decode()
     assert f'href="/admin/console/jobs/{done.pk}/timeline/">Evidence timeline' in page
     assert "Decision page" not in page
+
+
+def test_the_site_root_opens_the_console(client):
+    response = client.get("/")
+    assert (response.status_code, response["Location"]) == (302, "/admin/")
+    assert client.get("/", follow=True).redirect_chain[-1][0].startswith("/admin/login/")

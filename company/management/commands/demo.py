@@ -13,13 +13,18 @@
 5. A customer accepts one quote and declines another (signed inbound
    events); the third quote's follow-up timer fires and proposes a follow-up
    for review; the rules agent runs twice (the second run proposes nothing).
-6. The proof, from the database and the provider's own listing. Then the
-   admin is served with the worker and the simulator still running, so an
-   approval in the browser really runs (`DEMO_SERVE=0`: no serving). Ctrl-C
-   stops all of them.
+6. The proof, from the database and the provider's own listing, and what
+   to do next (who logs in, what waits for them, where). Then the admin is
+   served with the worker and the simulator still running, so an approval in
+   the browser really runs (`DEMO_SERVE=0`: no serving); the demo prints the
+   exact command for a second worker beside it. Ctrl-C stops all of them.
+
+Each line is written as it happens, also into a pipe (`make demo | tee log`).
 """
 
+import io
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,11 +35,20 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.urls import reverse
 from django.utils import timezone
 
-from company.models import Invoice, Membership, Quote
-from company.names import AGENT_RUN, agent_run_key, invoice_reminder_key, quote_send_key
+from company.models import Invoice, Membership, Proposal, Quote
+from company.names import (
+    AGENT_RUN,
+    SEND_INVOICE_REMINDER,
+    SEND_QUOTE_FOLLOW_UP,
+    agent_run_key,
+    invoice_reminder_key,
+    quote_send_key,
+)
 from company.replies import quote_reply_post
 from company.services import (
     customer_suppress,
@@ -43,6 +57,7 @@ from company.services import (
     tenant_ensure,
     tenant_policy_set,
 )
+from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
 from jobs.models import InboundEvent, Job, Timer
 from jobs.outbox import outbox_relay
@@ -63,6 +78,9 @@ DEMO_USERS = [
     ("staff", "viewers", Membership.Role.VIEWER, False),
 ]
 LEASE_TTL = 2.0
+# The worker behind the served admin, and any the user adds beside it:
+# answers from the stalling simulator are given up on after this long.
+READ_TIMEOUT = 0.5
 
 
 def _interrupt(signum, frame):
@@ -74,8 +92,10 @@ class Command(BaseCommand):
         "Tell the company loop end to end on the configured database: seed a tenant, send quote emails through "
         "a provider simulator that loses answers, SIGKILL a worker right after the provider accepted an email, "
         "resume with a new worker, let a reply and a follow-up timer arrive, remind invoices, run the rules "
-        "agent, print the proof, then serve the admin on 127.0.0.1:8000 with a worker and the simulator behind "
-        "it until Ctrl-C (DEMO_SERVE=0 skips serving). Development only: creates users admin, reviewer, "
+        "agent, install the calendar's schedules, print the proof and what to do next (who approves what, at "
+        "which URL), then serve the console on 127.0.0.1:8000 with a worker and the simulator behind it until "
+        "Ctrl-C, printing the command for a second worker (DEMO_SERVE=0 skips serving). Development only: "
+        "creates users admin, reviewer, "
         "operator, staff (password DEMO_PASSWORD, default demo-password) when they do not exist; refuses to "
         "run with DURABLE_PRODUCTION=1."
     )
@@ -86,6 +106,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         refuse_in_production("the demo creates users with known passwords")
+        if isinstance(sys.stdout, io.TextIOWrapper):
+            # Into a pipe (`make demo | tee log`) Python buffers whole blocks:
+            # the story must appear as it happens, not at Ctrl-C.
+            sys.stdout.reconfigure(line_buffering=True)
         self.tenant_slug = opts["tenant"]
         self.children: list[subprocess.Popen] = []
         self.secret = (getattr(settings, "INBOUND_WEBHOOK_SECRETS", None) or {}).get(REPLY_PROVIDER) or "demo-secret"
@@ -108,15 +132,20 @@ class Command(BaseCommand):
                     stale.unlink()
             with running_simulator(mode="lookup", db_path=provider_db, stall_after_accept=10,
                                    stall_probability=1.0, quiet=True) as simulator:
+                # What every worker of the demo needs to reach its provider
+                # (the simulator, on a port of its own) — also a worker the
+                # user starts beside it (`_worker_command`).
+                self.worker_env = {"PROVIDER_URL": simulator.url, "OPERATIONS_DEFAULT_EMAIL_PROVIDER": EMAIL_PROVIDER}
                 self.env = {
-                    **os.environ, "PYTHONUNBUFFERED": "1", "PROVIDER_URL": simulator.url,
-                    "OPERATIONS_DEFAULT_EMAIL_PROVIDER": EMAIL_PROVIDER,
+                    **os.environ, "PYTHONUNBUFFERED": "1", **self.worker_env,
                     "INBOUND_WEBHOOK_SECRETS": f"{REPLY_PROVIDER}={self.secret}",
                     "INBOUND_PROVIDER_TENANTS": f"{REPLY_PROVIDER}={self.tenant_slug}",
                 }
-                self._story(simulator, opts, password)
+                users = self._story(simulator, opts, password)
                 self.stdout.write(f"\nthe story took {time.monotonic() - started:.0f}s")
-                if os.environ.get("DEMO_SERVE", "1") != "0":
+                serving = os.environ.get("DEMO_SERVE", "1") != "0"
+                self._next_steps(users, password, port=opts["port"], serving=serving)
+                if serving:
                     self._serve(opts["port"])
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the worker, the simulator and the server")
@@ -125,7 +154,9 @@ class Command(BaseCommand):
 
     # ------------------------------------------------------------ the story
 
-    def _story(self, simulator, opts, password: str) -> None:
+    def _story(self, simulator, opts, password: str) -> dict[str, str]:
+        """Tell the story (or, on a database that told it before, its
+        proof); returns what became of each demo user."""
         w = self.stdout.write
         slug = self.tenant_slug
         users = self._users(password)
@@ -133,12 +164,13 @@ class Command(BaseCommand):
         tenant = result["tenant"]
         w(f"1. seeded tenant {slug!r}: approved {result['quotes_approved']} quote(s), issued "
           f"{result['invoices_issued']} invoice(s) through the services (each change with its outbox event)")
+        self._install_schedules()
         if not result["quotes_approved"]:
             w("   nothing new: this database has told the story before; the proof below is read from it and "
               "from the provider's storage")
-            self._start_worker("demo-worker-2", read_timeout=0.5)
+            self._start_worker("demo-worker-2", read_timeout=READ_TIMEOUT)
             self._report(simulator, users, password)
-            return
+            return users
         # Reminders 6 days after the due date: due now for all seeded invoices
         # but the most recent one, which the agent proposes to remind early.
         tenant_policy_set(tenant=tenant, quote_follow_up_after=timedelta(days=3),
@@ -153,7 +185,7 @@ class Command(BaseCommand):
           "reference; every answer stalls 10 s, longer than the worker waits)")
         first = self._start_worker("demo-worker-1", read_timeout=5, concurrency=1)
         self._kill_after_acceptance(simulator, first)
-        second = self._start_worker("demo-worker-2", read_timeout=0.5)
+        second = self._start_worker("demo-worker-2", read_timeout=READ_TIMEOUT)
         w("   started demo-worker-2")
         quote_keys = [quote_send_key(quote_number(i)) for i in (1, 2, 3)]
         self._wait(lambda: all(self._job(k) and self._job(k).state not in (State.READY, State.LEASED)
@@ -179,6 +211,19 @@ class Command(BaseCommand):
         if second.poll() is not None:
             raise CommandError(f"demo-worker-2 exited with status {second.returncode}")
         self._report(simulator, users, password)
+        return users
+
+    def _install_schedules(self) -> None:
+        """The calendar's schedules (DESIGN §13), idempotently: a repeated
+        run finds them installed and leaves them as they are."""
+        out = io.StringIO()
+        call_command("install_schedules", stdout=out)
+        outcomes = [line.partition(": ") for line in out.getvalue().splitlines() if line.strip()]
+        created = [name for name, _, outcome in outcomes if outcome == "created"]
+        kept = [name for name, _, outcome in outcomes if outcome != "created"]
+        said = "; ".join(filter(None, [f"created {', '.join(created)}" if created else "",
+                                       f"already installed: {', '.join(kept)}" if kept else ""]))
+        self.stdout.write(f"   calendar (django-q2, `install_schedules`): {said} — `make calendar` runs them")
 
     def _change_invoices(self, tenant) -> None:
         invoices = {i.number: i for i in Invoice.objects.filter(tenant=tenant)}
@@ -261,6 +306,57 @@ class Command(BaseCommand):
         w("\nadmin users (password " + repr(password) + " for the ones created now): "
           + ", ".join(f"{name} ({state})" for name, state in users.items()))
 
+    def _next_steps(self, users: dict, password: str, *, port: int, serving: bool) -> None:
+        """What a person does next: who logs in with which password, and
+        which item waits for them at which URL."""
+        w = self.stdout.write
+        base = f"http://127.0.0.1:{port}"
+        w("\nWhat to do next")
+        step = 1
+        if not serving:
+            w(f"  {step}. serve the admin: run the demo again without DEMO_SERVE=0 (a repeated run tells the same "
+              f"story from the records and serves it on {base}/)")
+            step += 1
+
+        def login(username: str) -> str:
+            if users.get(username, "").startswith("created"):
+                return f"log in at {base}/admin/ as {username!r} with the password {password!r}"
+            return f"log in at {base}/admin/ as {username!r} (an existing user the demo left unchanged: your password)"
+
+        reviews = list(Job.objects.filter(tenant=self.tenant_slug, state=State.WAITING_REVIEW).order_by("id"))
+        if reviews:
+            w(f"  {step}. {login('reviewer')}, then decide what waits for review "
+              f"({base}{reverse('console:review')}):")
+            for job in reviews:
+                w(f"     - approve {job.key} at {base}{reverse('console:decide', args=[job.pk])} — "
+                  f"{self._what_approval_does(job)}")
+            step += 1
+        attention = list(Job.objects.filter(tenant=self.tenant_slug, state=State.NEEDS_ATTENTION).order_by("id"))
+        if attention:
+            w(f"  {step}. {login('operator')}, then resolve what needs attention "
+              f"({base}{reverse('console:attention')}):")
+            for job in attention:
+                w(f"     - {job.key} at {base}{reverse('console:decide', args=[job.pk])}")
+            step += 1
+        if serving:
+            env, argv = self._worker_command("demo-worker-3", read_timeout=READ_TIMEOUT)
+            database = os.environ.get("DATABASE_URL")
+            if database:
+                env = {"DATABASE_URL": redact_credentials(database), **env}
+            command = " ".join([*(f"{name}={shlex.quote(value)}" for name, value in env.items()), shlex.join(argv)])
+            w(f"  {step}. to add a worker beside the demo's, run in a second terminal (same database, same "
+              f"provider simulator and provider as the demo's workers):")
+            w(f"     {command}")
+            if database and redact_credentials(database) != database:
+                w("     (put your database password back in place of ***)")
+
+    def _what_approval_does(self, job: Job) -> str:
+        if job.action == SEND_INVOICE_REMINDER:
+            return "the reminder goes out once, through the provider"
+        if job.action == SEND_QUOTE_FOLLOW_UP:
+            return "the follow-up email goes out once, through the provider"
+        return f"the {job.action} job runs"
+
     @staticmethod
     def _receipt(op: Operation) -> str:
         receipt = getattr(op, "receipt", None)
@@ -272,6 +368,13 @@ class Command(BaseCommand):
         job = self._job(invoice_reminder_key(invoice.number))
         timers = list(Timer.objects.filter(tenant=invoice.tenant.slug, subject_type="company.invoice",
                                            subject_id=str(invoice.pk)).order_by("id"))
+        planned = [t for t in timers if t.state == Timer.Status.PENDING]
+        # The rules agent proposed this reminder before its timer came due:
+        # the job (the same business key the timer would use) waits for a
+        # reviewer, and the timer, when due, finds it there and adds nothing.
+        proposed_early = None
+        if job is not None and job.state == State.WAITING_REVIEW and planned:
+            proposed_early = Proposal.objects.filter(tenant=invoice.tenant, job_key=job.key).first()
         parts = []
         for timer in timers:
             outcome = timer.outcome or {}
@@ -279,27 +382,41 @@ class Command(BaseCommand):
                 parts.append(f"reminder cancelled: {outcome.get('reason', '')}")
             elif timer.state == Timer.Status.SUPERSEDED:
                 parts.append("reminder re-planned (the invoice changed)")
-            elif timer.state == Timer.Status.PENDING:
+            elif timer.state == Timer.Status.PENDING and not proposed_early:
                 parts.append(f"reminder planned for {timer.scheduled_for:%Y-%m-%d %H:%M} UTC")
-        if job is not None:
+        if proposed_early:
+            parts.append(
+                f"its reminder was planned for {planned[0].scheduled_for:%Y-%m-%d %H:%M} UTC, but "
+                f"{proposed_early.proposed_by} proposed reminding it now ({proposed_early.rationale}) and the "
+                f"tenant's policy has a reviewer approve such proposals: the reminder job waits for a reviewer "
+                f"(WAITING_REVIEW) — approved, one reminder goes out at once; until then none is sent, not even "
+                f"when the planned time comes")
+        elif job is not None:
             result = job.result or {}
             if job.state == State.DONE and result.get("sent"):
                 parts.append(f"reminded once (receipt {result.get('receipt')})")
             elif job.state == State.DONE:
                 parts.append(f"not reminded: {result.get('reason', '')}")
+            elif job.state == State.WAITING_REVIEW:
+                parts.append(f"the reminder job waits for a reviewer (WAITING_REVIEW): {job.wait_reason}")
             else:
                 parts.append(f"reminder job {job.state}: {job.wait_reason or job.last_error}")
         return "; ".join(parts) or "nothing planned"
 
     # ------------------------------------------------------------ processes
 
+    def _worker_command(self, name: str, *, read_timeout: float, concurrency: int = 2) -> tuple[dict, list]:
+        """The environment (beyond the caller's) and the command line of a
+        worker of this demo: its provider, its simulator's URL, its timeouts."""
+        env = {**self.worker_env, "PROVIDER_READ_TIMEOUT": str(read_timeout), "PROVIDER_CONNECT_TIMEOUT": "1"}
+        argv = [sys.executable, str(ROOT / "manage.py"), "run_worker", "--worker-id", name, "--lease-ttl",
+                str(LEASE_TTL), "--poll-interval", "0.1", "--concurrency", str(concurrency)]
+        return env, argv
+
     def _start_worker(self, name: str, *, read_timeout: float, concurrency: int = 2) -> subprocess.Popen:
-        env = {**self.env, "PROVIDER_READ_TIMEOUT": str(read_timeout), "PROVIDER_CONNECT_TIMEOUT": "1"}
-        worker = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "run_worker", "--worker-id", name, "--lease-ttl",
-             str(LEASE_TTL), "--poll-interval", "0.1", "--concurrency", str(concurrency)],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        env, argv = self._worker_command(name, read_timeout=read_timeout, concurrency=concurrency)
+        worker = subprocess.Popen(argv, env={**self.env, **env}, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
         self.children.append(worker)
         return worker
 
