@@ -31,6 +31,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -340,15 +341,17 @@ class Command(BaseCommand):
             step += 1
         if serving:
             env, argv = self._worker_command("demo-worker-3", read_timeout=READ_TIMEOUT)
+            # The same database; a password in its URL is not printed.
             database = os.environ.get("DATABASE_URL")
+            secret = bool(database) and urlsplit(database).password is not None
             if database:
-                env = {"DATABASE_URL": redact_credentials(database), **env}
+                env = {"DATABASE_URL": redact_credentials(database) if secret else database, **env}
             command = " ".join([*(f"{name}={shlex.quote(value)}" for name, value in env.items()), shlex.join(argv)])
             w(f"  {step}. to add a worker beside the demo's, run in a second terminal (same database, same "
               f"provider simulator and provider as the demo's workers):")
             w(f"     {command}")
-            if database and redact_credentials(database) != database:
-                w("     (put your database password back in place of ***)")
+            if secret:
+                w("     (put your database user and password back in place of ***)")
 
     def _what_approval_does(self, job: Job) -> str:
         if job.action == SEND_INVOICE_REMINDER:
