@@ -198,6 +198,28 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
         ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",
          f"{PROTOCOL}::test_401_pauses_the_connector_for_that_tenant_and_provider_until_an_operator_clears_it")),
+    Mutant("inbound-tenant-bound-first", "an event is filed under a tenant only if its provider is bound to it", (
+        Edit("jobs/inbound.py",
+             'tenant = message["tenant"] if message["tenant"] and _may_act_for(provider, message["tenant"]) else ""',
+             'tenant = message["tenant"]'),),
+        ("tests/jobs/test_inbound_bad_input_and_provider_binding.py",)),
+    Mutant("task-name-registered", "a job runs only a @task declared on the backend, nothing it names is imported", (
+        Edit("jobs/tasks_backend.py", "    return _declared.get(name)",
+             "    return _declared.get(name) or __import__('django.utils.module_loading').utils.module_loading"
+             ".import_string(name)"),),
+        ("tests/jobs/test_tasks_backend.py::test_a_payload_naming_no_registered_task_is_refused_before_anything_is_imported",)),
+    Mutant("company-admin-scope", "the company admin shows only the user's tenants", (
+        Edit("company/admin.py", "    tenant_field = TENANT_FIELD", "    def get_queryset(self, request): return self.model.objects.all()"),),
+        ("tests/company/test_admin_scope.py",)),
+    Mutant("quote-approval-role", "approving a quote needs a reviewer's role in its tenant", (
+        Edit("company/review.py", "        if refused:", "        if refused and False:"),),
+        ("tests/company/test_admin_scope.py::test_approving_needs_the_permission_and_a_reviewers_role_each_on_its_own",)),
+    Mutant("url-credentials-redacted", "a provider URL's credentials never reach what is stored or shown", (
+        Edit("connectors/base.py", '        return _URL_USERINFO.sub(r"\\g<scheme>***@", value)', "        return value"),),
+        ("tests/operations/test_provider_url_credentials.py",)),
+    Mutant("probe-details-need-token", "an anonymous probe learns only ok or not ok", (
+        Edit("jobs/monitoring.py", "    if _bearer_ok(request) or _staff_session(request):", "    if True:"),),
+        ("tests/jobs/test_monitoring.py",)),
 ]
 
 
