@@ -235,6 +235,16 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/tasks_backend.py", "        _while_handling(original, send)", "        send()"),),
         ("tests/jobs/test_tasks_backend.py::test_the_signals_are_sent_with_the_status_recorded_and_a_failure_is_logged_"
          "with_the_task_s_traceback",)),
+    Mutant("idle-slot-waits", "an idle slot waits its poll interval between claims (an idle worker does not spin)", (
+        Edit("jobs/worker.py", "                self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))",
+             "                self._work.wait(0.001)"),),
+        ("tests/jobs/test_waiting_scale.py",)),
+    Mutant("wake-due-index", "the wake-up sweep reads waits through their partial index (SQLite too)", (
+        Edit("jobs/selectors.py",
+             "    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at).extra(where=[_WAITING_WAKE_SQL])",
+             '    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at, state__in=["WAITING_EXTERNAL", '
+             '"WAITING_REVIEW"])'),),
+        ("tests/jobs/test_waiting_scale.py",)),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
         ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",
