@@ -314,6 +314,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": env("LOG_FORMAT", default="text")}},
     "loggers": {
         "jobs": {"handlers": ["console"], "level": env("JOBS_LOG_LEVEL", default="INFO")},
+        # The Django tasks API's lines (a task started, finished; a failure with
+        # its traceback, which error monitoring hooks), as django-tasks writes them.
+        "django_tasks": {"handlers": ["console"], "level": env("TASKS_LOG_LEVEL", default="INFO")},
         # Server errors (a 500) with their traceback; not propagated, so not twice.
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },

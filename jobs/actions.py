@@ -34,24 +34,37 @@ class ActionSpec:
     # A Django form class naming the payload fields a reviewer may correct
     # before approving (correct-and-approve); None: no correction offered.
     review_form: type | None = None
+    # Called by the worker once it has recorded an outcome of one of this
+    # action's jobs: `(job, failure)`, `failure` being what the handler raised
+    # (None for a success). See `action`.
+    on_recorded: Callable[[Any, BaseException | None], None] | None = None
 
 
 _registry: dict[str, ActionSpec] = {}
 
 
-def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None):
+def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None,
+           on_recorded=None):
     """Register the decorated function as the handler of `name`.
 
     `review_form`: a Django form class whose fields are the payload fields a
     reviewer may correct (validated by the form) before approving a job of
-    this action that waits for review."""
+    this action that waits for review.
+
+    `on_recorded(job, failure)`: called by the worker after an outcome of
+    the handler has been committed (a success, a failure, a wait) — never
+    for an outcome that was not written (the fence moved, the database was
+    lost). `job` is the job as claimed; `failure` is the exception the
+    handler raised, or None. A failure's callback runs while that exception
+    is being handled. An exception the callback raises is logged and changes
+    nothing: the outcome is already recorded."""
 
     def register(handler):
         existing = _registry.get(name)
         if existing is not None and existing.handler is not handler:
             if getattr(existing.handler, "__qualname__", None) != handler.__qualname__:
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
-        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form)
+        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded)
         return handler
 
     return register

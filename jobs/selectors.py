@@ -14,7 +14,7 @@ from .models import Job, JobEvent, Timer
 from .states import TERMINAL, State
 
 __all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "live_jobs", "expired_leases", "lease_expired",
-           "eligible_ready", "is_eligible", "newest_events", "newest_event", "wake_detail", "job_by_key",
+           "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
            "jobs_needing_attention", "timers_pending_for_subject"]
 
 # A finished job is in a terminal state (`states.TERMINAL`); every other state
@@ -72,6 +72,24 @@ def eligible_ready(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
 def is_eligible(job: Job, *, at: datetime) -> bool:
     """`eligible_ready` for one loaded row."""
     return job.state == State.READY and (job.next_attempt_at is None or job.next_attempt_at <= at)
+
+
+# ---------------------------------------------------------------- waits a timer ends
+
+# SQLite uses a partial index only when the query itself states the index's
+# condition, and a bound parameter never matches the index's literals: with
+# `state IN (%s, %s)` it scans every waiting row. So the states are written
+# into the SQL as `job_waiting_wake` names them (values of `State`, not input).
+_WAITING_WAKE_SQL = (f"\"jobs_job\".\"state\" IN ('{State.WAITING_EXTERNAL.value}', "
+                     f"'{State.WAITING_REVIEW.value}')")
+
+
+def waits_due(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
+    """Waiting jobs whose `wake_at` has passed by `at`, soonest first (partial
+    index `job_waiting_wake`, on SQLite too: an idle worker reads none of the
+    jobs that wait without a wake-up time, however many)."""
+    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at).extra(where=[_WAITING_WAKE_SQL])
+            .order_by("wake_at"))
 
 
 # ---------------------------------------------------------------- history

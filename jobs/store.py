@@ -31,7 +31,7 @@ from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job, JobEvent
 from .retry import Decision, Failure, classify, decide
-from .selectors import expired_leases, is_eligible, lease_expired
+from .selectors import expired_leases, is_eligible, lease_expired, waits_due
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
 
@@ -673,9 +673,7 @@ class Store:
         woken = 0
         with transaction.atomic():
             at = clock.value()
-            due = Job.objects.filter(
-                state__in=[State.WAITING_EXTERNAL, State.WAITING_REVIEW], wake_at__lte=at
-            ).order_by("wake_at")
+            due = waits_due(at=at)
             if _is_postgres():
                 due = due.select_for_update(skip_locked=True)
             for job in due[:limit]:

@@ -360,7 +360,7 @@ class Worker:
                 return
             failure = exc  # the name `exc` is unbound when the except block ends
             self._record(job, lambda: self.store.fail_with(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                           failure), "failed")
+                                                           failure), "failed", failure=failure)
             return
         if ctx.cancelled.is_set():
             self._lost(job, "the lease was lost while the handler ran; its result is discarded")
@@ -483,6 +483,7 @@ class Worker:
             else:
                 # A batch logs each job at DEBUG and one line per write.
                 self._event("job.done", level=logging.DEBUG if batched else logging.INFO, job=job)
+                self._recorded(job, None)
         done = len(pending) - len(lost_ids)
         self._count("done", done)
         if batched:
@@ -537,14 +538,15 @@ class Worker:
                 # Left to expire and be recovered, like any job of a stopped worker.
                 self._event("job.release_failed", level=logging.WARNING, job=job, error=str(exc)[:200])
 
-    def _record(self, job: Job, write, counter: str) -> None:
+    def _record(self, job: Job, write, counter: str, *, failure: BaseException | None = None) -> None:
         """Apply the handler's outcome under the fence; a moved fence discards it.
 
         An outcome the engine refuses (a result that is not strict JSON, a
         `Wait` into a state a handler may not choose, a `wake_at` that is not
         a time …) is not left to the lease expiring — that would run the
         handler again — but recorded once as NEEDS_ATTENTION saying why. A
-        write the connection broke is in doubt (`_settle`)."""
+        write the connection broke is in doubt (`_settle`). `failure` is what
+        the handler raised, for the action's `on_recorded`."""
         try:
             decision = self._settle(job, write, _KINDS.get(counter, "fail"))
         except (Conflict, JobNotFound) as exc:
@@ -562,6 +564,21 @@ class Worker:
         else:
             self._event(f"job.{counter}", job=job)
         self._count(counter)
+        self._recorded(job, failure)
+
+    def _recorded(self, job: Job, failure: BaseException | None) -> None:
+        """An outcome of `job` is committed: tell its action (`on_recorded`).
+        Called while `failure`, if any, is still being handled."""
+        try:
+            listener = get_action(job.action).on_recorded
+        except UnknownAction:
+            return
+        if listener is None:
+            return
+        try:
+            listener(job, failure)
+        except Exception as exc:  # noqa: BLE001 - the outcome is recorded; a listener cannot change it
+            self._event("job.listener_failed", level=logging.WARNING, job=job, error=_describe(exc))
 
     def _settle(self, job: Job, write, kind: str):
         """Run the fenced `write` of one job's outcome (its history event is
@@ -607,6 +624,7 @@ class Worker:
             return
         self._event("job.attention", level=logging.WARNING, job=job, reason=reason)
         self._count("attention")
+        self._recorded(job, refusal)
 
     def _unrecorded(self, job: Job, exc: Exception) -> None:
         # The outcome could not be recorded (database unreachable): the

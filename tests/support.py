@@ -26,6 +26,20 @@ def lease_expired(tenant: str, key: str) -> bool:
     return Job.objects.filter(tenant=tenant, key=key, lease_until__lt=Now()).exists()
 
 
+def work_to_do(tenant: str, key: str) -> bool:
+    """Whether a worker started now would find something to do with the job,
+    by the database server's clock: READY and due (a retry's backoff has
+    passed), or LEASED with its lease expired (recovery takes it back)."""
+    from django.db.models import Q
+    from django.db.models.functions import Now
+
+    from jobs.models import Job
+
+    return Job.objects.filter(
+        Q(state="READY", next_attempt_at__isnull=True) | Q(state="READY", next_attempt_at__lte=Now())
+        | Q(state="LEASED", lease_until__lt=Now()), tenant=tenant, key=key).exists()
+
+
 def listening_connections() -> int:
     """PostgreSQL connections of this database whose last statement was a
     LISTEN: a worker's (or a listener's) registration is visible there."""

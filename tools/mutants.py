@@ -41,6 +41,10 @@ FENCE_TESTS = ["tests/jobs/test_fence.py"]
 PROTOCOL = "tests/operations/test_protocol.py"
 RECONCILIATION = "tests/operations/test_reconciliation.py"
 OUTBOX = "tests/jobs/test_outbox.py"
+CLAIM_SCALE = "tests/jobs/test_claim_scale_pg.py"
+DECISIONS = "tests/console/test_decisions.py"
+SCHEDULES = "tests/jobs/test_schedules.py"
+TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -194,6 +198,53 @@ MUTANTS: list[Mutant] = [
     Mutant("recorded-by-epoch", "a worker's outcome counts only under the epoch it claimed", (
         Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
         ("tests/jobs/test_worker_writes.py",)),
+    Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
+           "work falls due during another claim)", (
+        Edit("jobs/claim.py", 'cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])',
+             'cursor.execute("SELECT %s::int + %s::bigint IS NOT NULL", [_CAP_LOCK_NAMESPACE, key])'),),
+        (f"{CLAIM_SCALE}::test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_"
+         "its_cap",), postgres=True),
+    Mutant("decision-permission", "a decision needs the permission, not only a role that allows it", (
+        Edit("jobs/access.py", "    if not user.has_perm(d.permission):", "    if False:"),),
+        (f"{DECISIONS}::test_a_decision_needs_both_the_permission_and_the_role_and_either_alone_is_refused",)),
+    Mutant("decision-role", "a decision needs a role that allows it in the job's tenant, not only the permission", (
+        Edit("jobs/access.py", '    if role != "superuser" and role not in d.roles:', "    if False:"),),
+        (f"{DECISIONS}::test_a_decision_needs_both_the_permission_and_the_role_and_either_alone_is_refused",)),
+    Mutant("console-next-offsite", "after a decision the console follows `next` only to this site", (
+        Edit("console/views.py",
+             "    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):",
+             "    if target:"),),
+        (f"{DECISIONS}::test_a_decision_follows_next_on_this_site_and_never_off_it",)),
+    Mutant("schedule-revalidate-edit", "a Schedule whose function or hook is edited is validated again on save", (
+        Edit("jobs/schedules.py", '        if stored == {"func": instance.func, "hook": instance.hook}:',
+             "        if stored is not None:"),),
+        (f"{SCHEDULES}::test_an_edited_schedule_is_validated_again_and_a_save_that_keeps_its_function_is_not_refused",)),
+    Mutant("schedule-unchanged-save", "the scheduler's save of a schedule whose function did not change is not refused", (
+        Edit("jobs/schedules.py", '        if stored == {"func": instance.func, "hook": instance.hook}:',
+             "        if False:"),),
+        (f"{SCHEDULES}::test_an_edited_schedule_is_validated_again_and_a_save_that_keeps_its_function_is_not_refused",)),
+    Mutant("schedule-form-check", "the admin form refuses a schedule that keeps an unlisted function", (
+        Edit("jobs/schedule_admin.py", '            schedule_validate(func=data.get("func", ""), hook=None)',
+             "            pass"),),
+        (f"{SCHEDULES}::test_a_superuser_saving_a_schedule_that_names_an_unlisted_function_is_refused_in_the_form",)),
+    Mutant("task-return-not-retried", "a task whose return value JSON cannot hold fails once and never runs again", (
+        Edit("jobs/tasks_backend.py", "        raise TaskReturnRefused(exc) from exc", "        raise TaskRaised(exc) from exc"),),
+        (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_non_json_return_value_does_not_run_the_task_again",)),
+    Mutant("task-finished-exception", "a failed task's `task_finished` is sent while the task's own exception is "
+           "handled (logger.exception reports it)", (
+        Edit("jobs/tasks_backend.py", "        _while_handling(original, send)", "        send()"),),
+        ("tests/jobs/test_tasks_backend.py::test_the_signals_are_sent_with_the_status_recorded_and_a_failure_is_logged_"
+         "with_the_task_s_traceback",)),
+    Mutant("idle-slot-waits", "an idle slot waits its poll interval between claims (an idle worker does not spin)", (
+        Edit("jobs/worker.py", "                self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))",
+             "                self._work.wait(0.001)"),),
+        ("tests/jobs/test_waiting_scale.py",)),
+    Mutant("wake-due-index", "the wake-up sweep reads waits through their partial index (SQLite too)", (
+        Edit("jobs/selectors.py",
+             "    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at).extra(where=[_WAITING_WAKE_SQL])",
+             '    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at, state__in=["WAITING_EXTERNAL", '
+             '"WAITING_REVIEW"])'),),
+        ("tests/jobs/test_waiting_scale.py",)),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
         ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",

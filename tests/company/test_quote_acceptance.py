@@ -4,7 +4,6 @@ accepted the quote email — and the reply/timer race on PostgreSQL."""
 
 import signal
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -17,7 +16,7 @@ from connectors.simulator_process import running_simulator
 from jobs.models import InboundEvent, Job, Timer
 from jobs.timers import timer_fire_due
 from operations.models import Operation
-from tests.support import wait_for
+from tests.support import lease_expired, wait_for, work_to_do
 
 from . import support
 from .support import REPLY_PROVIDER, REPLY_SECRET, inbound_settings, post_reply, settle
@@ -96,8 +95,8 @@ def test_quote_email_with_worker_killed_right_after_the_provider_accepted(mode, 
         worker.wait()
         op = Operation.objects.get(job__key="send-quote-Q-1")
         assert op.state == "INTENDED"  # the worker died before it heard the answer
-        lease_until = job().lease_until
-        time.sleep(max(0.0, (lease_until - timezone.now()).total_seconds()) + 0.1)
+        wait_for(lambda: lease_expired(TENANT, "send-quote-Q-1"), timeout=60,
+                 what="the dead worker's lease to expire")
 
         for round_ in range(20):
             clean = start_worker(manage, sim, f"w2-{round_}", "--until-idle", read_timeout=0.5, mode=mode)
@@ -105,7 +104,8 @@ def test_quote_email_with_worker_killed_right_after_the_provider_accepted(mode, 
             assert clean.returncode == 0, output
             if job().state not in ("READY", "LEASED"):
                 break
-            time.sleep(0.3)
+            # Not due yet (a retry's backoff): start the next worker when it is.
+            wait_for(lambda: work_to_do(TENANT, "send-quote-Q-1"), timeout=60, what="the job to be due again")
         messages = sim.messages()
 
     op.refresh_from_db()

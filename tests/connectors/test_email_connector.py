@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
@@ -33,6 +32,7 @@ from connectors.registry import (
     provider_names,
 )
 from tests.connectors.support import EMAIL
+from tests.support import wait_for
 
 
 def test_send_returns_a_receipt_with_evidence(start_sim, connector_for):
@@ -87,16 +87,16 @@ def test_reusing_a_key_for_a_different_request_raises_mismatch(start_sim, connec
     assert len(sim.messages()) == 1
 
 
-def _send_until_not_in_progress(connector, *, client_reference, key, deadline_seconds=5.0):
+def _send_until_not_in_progress(connector, *, client_reference, key, deadline_seconds=20.0):
     """Retry a 409 the way a worker would, until the first request has finished answering."""
-    deadline = time.monotonic() + deadline_seconds
-    while True:
+
+    def sent():
         try:
             return connector.send(EMAIL, idempotency_key=key, client_reference=client_reference)
         except ProviderIdempotencyConflict:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+            return None
+
+    return wait_for(sent, timeout=deadline_seconds, interval=0.1, what="the first request to finish answering")
 
 
 def test_lost_answer_is_unknown_then_conflict_then_replayed_with_the_same_key(start_sim, connector_for):

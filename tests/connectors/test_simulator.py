@@ -13,6 +13,7 @@ import pytest
 
 from connectors.simulator import PROJECT_ROOT
 from tests.connectors.support import LISTING_KEYS, message, raw_request
+from tests.support import wait_for
 
 
 def post(sim, body, *, key=None, headers=None, timeout=5.0, **kwargs):
@@ -306,9 +307,7 @@ def test_sigterm_stops_the_simulator_cleanly_even_during_a_stall(start_sim):
             pass  # the simulator goes away mid-stall; that is the point
 
     threading.Thread(target=send_and_wait, daemon=True).start()
-    deadline = time.monotonic() + 5
-    while not sim.messages() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(sim.messages, timeout=20, what="the simulator to accept the message and stall")
 
     started = time.monotonic()
     status = sim.stop(timeout=5)

@@ -236,3 +236,50 @@ def test_a_crafted_post_without_the_seen_state_is_refused(client, people):
     assert "reload it" in page.content.decode()
     job.refresh_from_db()
     assert job.state == "WAITING_REVIEW"
+
+
+NO_ROLE = "your role in tenant studio is {}; {} needs {}"
+NO_PERMISSION = "you do not have the permission to {} ({})"
+
+
+@pytest.mark.parametrize("decision, state, group, role, reason", [
+    # The permission without the role: a member of the group whose role in this tenant is another.
+    ("approve", "WAITING_REVIEW", "reviewers", "viewer", NO_ROLE.format("viewer", "approve", "reviewer")),
+    ("retry", "NEEDS_ATTENTION", "operators", "reviewer", NO_ROLE.format("reviewer", "retry now", "operator")),
+    # The role without the permission: the tenant's reviewer (operator) whose account lacks the permission.
+    ("approve", "WAITING_REVIEW", "viewers", "reviewer", NO_PERMISSION.format("approve", "jobs.review_job")),
+    ("retry", "NEEDS_ATTENTION", "viewers", "operator", NO_PERMISSION.format("retry now", "jobs.operate_job")),
+], ids=["permission-without-role", "operate-permission-without-role", "role-without-permission",
+        "operator-role-without-permission"])
+def test_a_decision_needs_both_the_permission_and_the_role_and_either_alone_is_refused(
+        client, tenants, decision, state, group, role, reason):
+    from django.contrib.auth.models import Group
+
+    from jobs import access
+
+    studio, _ = tenants
+    user = MembershipFactory(user__username="half", user__groups=[Group.objects.get(name=group)], tenant=studio,
+                             role=role).user
+    job = make_job("q-1", state)
+    assert access.refusal(user, decision, tenant="studio", state=state) == reason
+    assert decision not in [d.name for d in access.allowed_decisions(user, job)]
+
+    client.force_login(user)
+    response = decide(client, job, decision)
+    job.refresh_from_db()
+    assert job.state == state
+    assert not LogEntry.objects.exists()
+    assert reason in client.get(response["Location"]).content.decode()
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/phish", "//evil.example/phish", "http://evil.example",
+                                    "https:///evil.example/"])
+def test_a_decision_follows_next_on_this_site_and_never_off_it(client, people, target):
+    from django.urls import reverse
+
+    client.force_login(people["reviewer"])
+    offsite = decide(client, make_job("q-1", "WAITING_REVIEW"), "approve", next=target)
+    assert offsite.status_code == 302 and offsite["Location"] == reverse("console:review")
+
+    onsite = decide(client, make_job("q-2", "WAITING_REVIEW"), "approve", next="/admin/console/review/?q=quote")
+    assert onsite.status_code == 302 and onsite["Location"] == "/admin/console/review/?q=quote"

@@ -25,3 +25,17 @@ def attempt_number(context, path: str) -> int:
     with open(path, "a") as file:
         file.write(f"attempt {context.attempt}\n")
     return context.attempt
+
+
+@task()
+async def record_async(path: str, text: str) -> str:
+    """`record` as a coroutine function: the module's other tasks must not suffer for it."""
+    with open(path, "a") as file:
+        file.write(text + "\n")
+    return text[::-1]
+
+
+# The conformance suite's tasks are declared in an installed app's `tasks`
+# module too (by importing theirs): a worker runs only the @task functions it
+# finds there, never a module a payload names.
+from tests.jobs.tasks_conformance import tasks as conformance_tasks  # noqa: E402,F401

@@ -6,7 +6,6 @@ claims are and respects the lease cap, and each job of a batch keeps its own
 fence."""
 
 import signal
-import time
 from collections import Counter
 
 import pytest
@@ -16,6 +15,7 @@ from django.test import override_settings
 from jobs.models import Job, JobEvent
 from jobs.states import State
 from jobs.store import JobSpec
+from tests.support import wait_for
 
 
 def _tenants(count: int, jobs_each: int) -> list[JobSpec]:
@@ -143,14 +143,12 @@ def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alo
     # (A 2 s lease: a 1 s one could expire on a loaded machine while the
     # worker is still alive, and be recovered before the kill.)
     worker = manage.start("run_worker", "--batch", "8", "--lease-ttl", "2", "--worker-id", "doomed")
-    deadline = time.monotonic() + 60
-    while not JobEvent.objects.filter(kind="finish").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: JobEvent.objects.filter(kind="finish").exists(), timeout=60, what="a first job of the batch")
     worker.send_signal(signal.SIGKILL)
     worker.communicate(timeout=30)
     assert Job.objects.filter(state=State.LEASED, worker_id="doomed").exists()  # the rest of the batch
-    while Job.objects.filter(state=State.LEASED, lease_until__gt=Now()).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the dead worker's leases have expired (1 s)
+    wait_for(lambda: not Job.objects.filter(state=State.LEASED, lease_until__gt=Now()).exists(), timeout=60,
+             what="the dead worker's leases to expire (by the database's clock)")
     result = manage.run("run_worker", "--until-idle", "--worker-id", "rescuer", "--poll-interval", "0.2",
                         timeout=120)
     assert "recovered=" in result.stdout

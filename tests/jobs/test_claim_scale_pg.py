@@ -7,6 +7,7 @@ ready-tenant table the fair claim samples from stays right."""
 import json
 import multiprocessing
 import re
+import threading
 
 import pytest
 from django.db import connection, connections, transaction
@@ -17,7 +18,7 @@ from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
 from jobs.store import JobSpec, Store
-from tests.support import in_processes
+from tests.support import in_processes, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -106,6 +107,60 @@ def test_under_the_cap_eight_processes_with_batches_finish_every_job_once_and_le
             cursor.execute("DROP TRIGGER IF EXISTS cap_record ON jobs_job")
             cursor.execute("DROP FUNCTION IF EXISTS cap_record()")
             cursor.execute("DROP TABLE IF EXISTS cap_seen")
+
+
+@override_settings(JOBS_TENANT_LEASE_CAP=2)
+def test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_its_cap():
+    """Two claims of one tenant whose snapshots differ: A leases the tenant's two due jobs and has not
+    committed; meanwhile a third, more urgent job has fallen due (B's clock is later). B's statement
+    still counts no lease (A is uncommitted) and its first head is the new job, which no row lock
+    protects: only the tenant's advisory lock keeps B from leasing a third job. With it, B waits for A
+    and then sees the tenant at its cap."""
+    store = Store()
+    store.enqueue("t", "due-1")
+    store.enqueue("t", "due-2")
+    store.enqueue("t", "urgent-later", priority=10, run_at=100)
+    a_claimed, a_commit = threading.Event(), threading.Event()
+    claimed = {}
+
+    def claimer_a():
+        try:
+            with transaction.atomic():
+                claimed["a"] = [j.key for j in store.claim_batch("wA", limit=2, now=50, ttl=300)]
+                a_claimed.set()
+                a_commit.wait(timeout=60)
+        finally:
+            connections.close_all()
+
+    def claimer_b():
+        try:
+            claimed["b"] = [j.key for j in store.claim_batch("wB", limit=2, now=150, ttl=300)]
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=claimer_a)
+    a.start()
+    try:
+        assert a_claimed.wait(timeout=60)
+        b = threading.Thread(target=claimer_b)
+        b.start()
+
+        def b_waits_or_is_done():
+            if not b.is_alive():
+                return True
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                return cursor.fetchone()[0] > 0
+
+        wait_for(b_waits_or_is_done, timeout=60, what="claimer B to wait for the tenant's lock (or to finish)")
+    finally:
+        a_commit.set()
+        a.join(timeout=60)
+    b.join(timeout=60)
+
+    assert sorted(claimed["a"]) == ["due-1", "due-2"]
+    assert claimed["b"] == []
+    assert Job.objects.filter(tenant="t", state="LEASED").count() == 2
 
 
 # ---------------------------------------------------------------- batched claims race like single ones

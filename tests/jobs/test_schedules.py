@@ -144,3 +144,37 @@ def test_only_a_superuser_may_add_or_change_a_schedule_and_only_to_a_listed_func
         "next_run_0": "2030-01-01", "next_run_1": "00:00:00"})
     assert accepted.status_code == 302
     assert Schedule.objects.get(name="audit-again").intended_date_kwarg == "intended_date"
+
+
+def test_an_edited_schedule_is_validated_again_and_a_save_that_keeps_its_function_is_not_refused():
+    call_command("install_schedules")
+    schedule = Schedule.objects.get(name="consistency-audit")
+    schedule.func = "os.system"
+    with pytest.raises(ValidationError, match="not a schedule function"):
+        schedule.save()
+    schedule = Schedule.objects.get(name="consistency-audit")
+    schedule.hook = "os.system"
+    with pytest.raises(ValidationError, match="hooks are not allowed"):
+        schedule.save()
+    assert Schedule.objects.filter(name="consistency-audit").values_list("func", "hook").get() == (
+        "jobs.schedules.consistency_audit", None)
+
+    # The scheduler saves each schedule it fires (next_run) in one transaction for all of them: a row
+    # whose function did not change is not refused there (it is refused when it fires).
+    Schedule.objects.filter(name="retention-sweep").update(func="tests.jobs.test_schedules.forbidden")
+    smuggled = Schedule.objects.get(name="retention-sweep")
+    smuggled.next_run = timezone.now() + timedelta(days=1)
+    smuggled.save()
+
+
+def test_a_superuser_saving_a_schedule_that_names_an_unlisted_function_is_refused_in_the_form(client):
+    call_command("install_schedules")
+    Schedule.objects.filter(name="retention-sweep").update(func="tests.jobs.test_schedules.forbidden")
+    schedule = Schedule.objects.get(name="retention-sweep")
+    client.force_login(UserFactory(username="root", superuser=True))
+    refused = client.post(f"/admin/django_q/schedule/{schedule.pk}/change/", {
+        "name": "retention-sweep", "func": "tests.jobs.test_schedules.forbidden", "schedule_type": "D",
+        "repeats": -1, "next_run_0": "2031-01-01", "next_run_1": "00:00:00"})
+    assert refused.status_code == 200
+    assert b"is not a schedule function of this project" in refused.content
+    assert Schedule.objects.get(pk=schedule.pk).next_run.year != 2031

@@ -66,10 +66,18 @@ def test_permanent_error_lands_in_review_with_the_reason(store):
 @pytest.mark.parametrize("kind", ["transient", "crash"])
 def test_transient_failures_retry_with_backoff_then_need_attention(store, kind):
     store.enqueue("studio", "flaky", action="test.fail", payload={"kind": kind})
-    deadline = time.monotonic() + 20
-    while job("flaky").state == "READY" and time.monotonic() < deadline:
+
+    def run_until_it_settles():
         run_until_idle(worker_id="w1")
-        time.sleep(0.06)
+        flaky = job("flaky")
+        if flaky.state == "READY":
+            # Retried after a backoff: the worker stopped while it was not yet due. Its backoff
+            # has passed (it is due from the database's clock on).
+            assert flaky.next_attempt_at is not None
+            Job.objects.filter(pk=flaky.pk).update(next_attempt_at=None)
+        return flaky.state != "READY"
+
+    wait_for(run_until_it_settles, timeout=60, interval=0, what="the flaky job to run out of attempts")
     j = job("flaky")
     assert (j.state, j.attempts) == ("NEEDS_ATTENTION", 3)
     kinds = list(j.events.values_list("kind", "to_state"))
@@ -89,10 +97,13 @@ def test_heartbeat_keeps_a_long_handlers_lease_alive_past_several_ttls(store):
     thread = _in_thread(worker)
     wait_for(lambda: job("long").state == "LEASED")
     thief = Store()
-    # Four TTLs go by; the lease never expires, so nobody can take the job over.
-    for _ in range(20):
+
+    def done_and_never_taken_over():
+        # Four TTLs go by; the lease never expires, so nobody can take the job over.
         assert thief.claim("studio", "long", "thief") is None
-        time.sleep(0.1)
+        return job("long").state == "DONE"
+
+    wait_for(done_and_never_taken_over, timeout=30, interval=0.1, what="the long handler to finish")
     thread.join(timeout=20)
     j = job("long")
     assert (j.state, j.lease_epoch, j.result) == ("DONE", 1, {"slept": 2.4})

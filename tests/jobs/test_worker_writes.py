@@ -293,7 +293,7 @@ def test_an_outcome_in_doubt_whose_job_was_taken_over_meanwhile_is_lost(store, c
 
 @action("test.slow_counted")
 def slow_counted(ctx):
-    time.sleep(0.4)
+    time.sleep(0.4)  # the handler's own work: long enough for the batch's early write to come due
     return counted(ctx)
 
 

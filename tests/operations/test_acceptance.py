@@ -18,7 +18,7 @@ from jobs.models import Job
 from operations.models import Operation
 from operations.protocol import CRASH_AFTER_INTENDED_ENV
 
-from tests.support import lease_expired
+from tests.support import lease_expired, work_to_do
 
 from .support import enqueue_email, wait_for
 
@@ -57,7 +57,9 @@ def clean_worker(manage):
             job = Job.objects.get(tenant=tenant, key=key)
             if job.state not in ("READY", "LEASED") or time.monotonic() > deadline:
                 return job
-            time.sleep(0.2)
+            # Not due yet (a retry's backoff, a lease still running): start the next worker when it is.
+            wait_for(lambda: work_to_do(tenant, key), timeout=max(1, deadline - time.monotonic()),
+                     what="the job to be due again")
         return job
 
     return run
