@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from company.services import tenant_ensure
@@ -30,15 +32,13 @@ def api(client, agent_key):
             return client.get(f"/api/v1{path}", params, HTTP_AUTHORIZATION=f"Bearer {key or self.key}")
 
         def post(self, path, body, key=None, content_type="application/json"):
-            import json
-
             data = json.dumps(body) if not isinstance(body, (bytes, str)) else body
             return client.post(f"/api/v1{path}", data, content_type=content_type,
                                HTTP_AUTHORIZATION=f"Bearer {key or self.key}")
 
-        def propose(self, key="send-1", *, action="connectors.send_email", payload=None, rationale="asked", **extra):
+        def propose(self, key="send-1", *, action="connectors.send_email", payload=None, rationale="asked",
+                    api_key=None, **extra):
             return self.post("/proposals", {"action": action, "key": key, "rationale": rationale,
-                                            "payload": EMAIL if payload is None else payload, **extra}, **{
-                                 k: v for k, v in {}.items()})
+                                            "payload": EMAIL if payload is None else payload, **extra}, key=api_key)
 
     return Api()
