@@ -71,7 +71,7 @@ class RecordEmailPayload(BaseModel):
     """An email rendered from the record the job's subject names (a quote or
     an invoice) when it is sent; the payload only chooses the provider."""
 
-    model_config = ConfigDict(extra="forbid", title="Email rendered from the record")
+    model_config = ConfigDict(extra="forbid", strict=True, title="Email rendered from the record")
 
     provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
                                  description="The email provider (default: the deployment's).")

@@ -18,10 +18,11 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
+from jobs.actions import schema_actions
 from jobs.states import State
 
 from .problems import PROBLEM_CONTENT_TYPE, Refused, unauthorized
-from .schemas import ActionOut, Problem, ProposalCreated, ProposalIn, ProposalOut, ProposalPage
+from .schemas import ActionOut, Problem, ProposalCreated, ProposalIn, ProposalOut, ProposalPage, payload_alternatives
 from .services import actions_list, agent_from_key, proposal_propose, proposal_read, proposals_list
 
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
@@ -66,9 +67,19 @@ def _refuse_constant(name: str):
 
 class GatewayAPI(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        """The document, with every error answer described as what it is:
-        `application/problem+json`, and 429's `Retry-After`."""
+        """The document, with every error answer described as what it is
+        (`application/problem+json`, 429's `Retry-After`) and the
+        proposable actions listed."""
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        # The actions that may be proposed at all (each agent may be allowed fewer).
+        proposal = schema.get("components", {}).get("schemas", {}).get("ProposalIn")
+        if proposal is not None:
+            actions = schema_actions()
+            proposal["properties"]["action"]["enum"] = actions
+            payloads, definitions = payload_alternatives(actions)
+            if payloads and not definitions:  # (refs into $defs would not resolve here)
+                proposal["properties"]["payload"] = {"description": "As the chosen action's payload_schema says.",
+                                                     "anyOf": payloads}
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for status, answer in operation.get("responses", {}).items():
@@ -129,6 +140,16 @@ def _http_error(request, exc: HttpError):
 
 
 ERRORS = {401: Problem, 422: Problem}
+
+
+def _only_query(request, *known: str) -> None:
+    """An unknown query parameter is refused (422), never ignored: a typo
+    (`?stat=DONE`) must not silently list everything."""
+    unknown = sorted(name for name in request.GET if name not in known)
+    if unknown:
+        raise Refused(422, "validation-error", f"unknown query parameter(s): {', '.join(unknown)[:200]}",
+                      errors=[{"loc": ["query", name[:100]], "msg": "unknown query parameter", "type": "extra_forbidden"}
+                              for name in unknown[:20]])
 # The job states, as an enum in the document.
 StateName = Literal[tuple(State.values)]
 
@@ -137,6 +158,7 @@ StateName = Literal[tuple(State.values)]
 def list_actions(request):
     """Each action: what it does, whether the tenant's policy sends it to a
     reviewer, and its payload's JSON Schema."""
+    _only_query(request)
     return Status(200, actions_list(request.auth))
 
 
@@ -146,6 +168,7 @@ def list_actions(request):
 def propose(request, proposal: ProposalIn):
     """201 with the new proposal; the same key with the same action and
     payload again: 200 `created: false`; other content under the key: 409."""
+    _only_query(request)
     view, created = proposal_propose(agent=request.auth, proposal=proposal)
     return Status(201 if created else 200, {**view, "created": created})
 
@@ -154,10 +177,12 @@ def propose(request, proposal: ProposalIn):
          summary="One proposal, its decision and outcome")
 def read_proposal(request, key: str):
     """A key the agent's tenant does not hold (another tenant's too): 404."""
+    _only_query(request)
     return Status(200, proposal_read(agent=request.auth, key=key))
 
 
 @api.get("/proposals", response={200: ProposalPage, **ERRORS}, by_alias=True, summary="This agent's proposals")
 def list_proposals(request, state: StateName | None = Query(None), cursor: str | None = Query(None, max_length=64)):
     """Newest first, a page at a time; `next` is the cursor of the next page."""
+    _only_query(request, "state", "cursor")
     return Status(200, proposals_list(agent=request.auth, state=state, cursor=cursor))

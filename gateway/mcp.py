@@ -23,11 +23,10 @@ from asgiref.sync import sync_to_async
 from mcp.server import Server
 from pydantic import ValidationError
 
-from jobs.payloads import payload_json_schema
 from jobs.states import State
 
 from .problems import Refused, field_errors
-from .schemas import ProposalIn
+from .schemas import ProposalIn, payload_alternatives
 from .services import actions_list, agent_actions, agent_from_key, proposal_propose, proposal_read, proposals_list
 
 SERVER_NAME = "durable-workers"
@@ -37,12 +36,8 @@ def _propose_schema(actions: list[str]) -> dict:
     """ProposalIn's JSON Schema with this agent's actions as an enum and the
     payload as one of their schemas (each action's own declaration)."""
     schema = ProposalIn.model_json_schema()
-    defs = schema.setdefault("$defs", {})
-    payloads = []
-    for name in actions:
-        declared = payload_json_schema(name) or {"type": "object"}
-        defs.update(declared.pop("$defs", {}))
-        payloads.append({**declared, "title": f"payload of {name}"})
+    payloads, definitions = payload_alternatives(actions)
+    schema.setdefault("$defs", {}).update(definitions)
     schema["properties"]["action"] = {**schema["properties"]["action"], "enum": actions}
     if payloads:
         schema["properties"]["payload"] = {"description": "As the chosen action's schema says.", "anyOf": payloads}

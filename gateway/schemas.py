@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jobs.payloads import payload_json_schema
 from jobs.states import State
 from operations.handlers import TEXT_PATTERN
 
@@ -20,7 +21,7 @@ JobState = Annotated[str, Field(json_schema_extra={"enum": [str(s) for s in Stat
 
 
 class SubjectIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: str = Field(max_length=100, pattern=SUBJECT_TYPE_PATTERN, description="e.g. company.quote")
     id: Annotated[int, Field(ge=0, le=2**53)] | Annotated[str, Field(pattern=SUBJECT_ID_PATTERN)] = Field(
@@ -33,7 +34,7 @@ class ProposalIn(BaseModel):
     again proposes nothing), why, the payload the action's schema describes
     and, optionally, the record it is about."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     action: str = Field(max_length=100, pattern=ACTION_PATTERN)
     key: str = Field(max_length=200, pattern=KEY_PATTERN)
@@ -113,3 +114,16 @@ class Problem(BaseModel):
     detail: str
     errors: list[FieldError] | None = None
     retry_after: int | None = None
+
+
+def payload_alternatives(actions: list[str]) -> tuple[list[dict], dict]:
+    """Each action's payload schema (its own declaration, `jobs.payloads`),
+    titled by the action, and the definitions they refer to: what a
+    proposal's `payload` may be, for the OpenAPI document and the MCP
+    `propose` tool alike."""
+    alternatives, definitions = [], {}
+    for name in actions:
+        declared = payload_json_schema(name) or {"type": "object"}
+        definitions.update(declared.pop("$defs", {}))
+        alternatives.append({**declared, "title": f"payload of {name}"})
+    return alternatives, definitions

@@ -33,7 +33,7 @@ PROVIDER_PATTERN = r"^[a-z0-9][a-z0-9:._-]{0,99}$"
 class EmailPayload(BaseModel):
     """One email to one recipient."""
 
-    model_config = ConfigDict(extra="forbid", title="Email")
+    model_config = ConfigDict(extra="forbid", strict=True, title="Email")
 
     to: str = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
                     json_schema_extra={"format": "email", "x-correctable": True})
