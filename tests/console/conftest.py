@@ -23,6 +23,8 @@ def ensure_roles():
     from django.apps import apps
 
     import_module("company.migrations.0002_console_roles").create_roles(apps, None)
+    import_module("operations.migrations.0003_operation_action_effect_limits").operators_manage_limits(apps, None)
+    import_module("gateway.migrations.0002_operators_manage_agents").grant(apps, None)
 
 
 @pytest.fixture
