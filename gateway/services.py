@@ -176,16 +176,26 @@ def agent_pause(*, agent: Agent, reason: str, actor: str) -> Agent:
     return agent
 
 
+@transaction.atomic
+def agent_unpause(*, agent: Agent, actor: str) -> Agent:
+    """Lift the pause (the held jobs are released by `agent_holds_release`)."""
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    agent.paused, agent.paused_reason = False, ""
+    agent.save(update_fields=["paused", "paused_reason"])
+    return agent
+
+
+def agent_holds_release(*, agent: Agent, actor: str, note: str = "") -> int:
+    """Resume the agent's jobs its pause held (each in its own transaction)."""
+    return dispatch_holds_release(tenant=agent.tenant.slug, cause=agent_cause(agent), actor=actor,
+                                  reason=f"agent {agent.name} resumed by {actor}{': ' + note if note else ''}")
+
+
 def agent_resume(*, agent: Agent, actor: str, note: str = "") -> tuple[Agent, int]:
     """Lift the pause; the jobs it held go on at once. Returns the agent and
     how many held jobs were resumed."""
-    with transaction.atomic():
-        agent = Agent.objects.select_for_update().get(pk=agent.pk)
-        agent.paused, agent.paused_reason = False, ""
-        agent.save(update_fields=["paused", "paused_reason"])
-    released = dispatch_holds_release(tenant=agent.tenant.slug, cause=agent_cause(agent), actor=actor,
-                                      reason=f"agent {agent.name} resumed by {actor}{': ' + note if note else ''}")
-    return agent, released
+    agent = agent_unpause(agent=agent, actor=actor)
+    return agent, agent_holds_release(agent=agent, actor=actor, note=note)
 
 
 def agent_hold(job) -> Hold | None:
