@@ -267,19 +267,20 @@ def _per(agent_limit: int | None, setting: str, default: int) -> int:
     return agent_limit if agent_limit is not None else int(getattr(settings, setting, default))
 
 
-def _limit_refusal(agent: Agent, now) -> Refused | None:
+def proposal_limit_refusal(agent: Agent, now) -> Refused | None:
     """429 when a new proposal would pass the agent's per-minute or rolling
     per-day limit; `Retry-After` is when the oldest counted one leaves."""
     for limit, window, what in (
         (_per(agent.proposals_per_minute, "GATEWAY_PROPOSALS_PER_MINUTE", 60), 60, "per minute"),
         (_per(agent.proposals_per_day, "GATEWAY_PROPOSALS_PER_DAY", 5000), 86400, "per rolling 24 h"),
     ):
-        # The newest `limit` proposals in the window, newest first, through
-        # agentproposal_agent_created: never more than `limit` rows read.
-        counted = list(AgentProposal.objects.filter(agent=agent, created_at__gt=now - timedelta(seconds=window))
-                       .order_by("-created_at").values_list("created_at", flat=True)[:limit])
-        if len(counted) >= limit:
-            opens = (counted[-1] if counted else now) + timedelta(seconds=window)
+        # The `limit`-th newest proposal in the window, if there is one:
+        # agentproposal_agent_created walked newest first, `limit` entries at most.
+        recent = (AgentProposal.objects.filter(agent=agent, created_at__gt=now - timedelta(seconds=window))
+                  .order_by("-created_at").values_list("created_at", flat=True))
+        full_since = recent[limit - 1 : limit].first() if limit else now
+        if full_since is not None:
+            opens = full_since + timedelta(seconds=window)
             wait = max(1, math.ceil((opens - now).total_seconds()))
             return Refused(429, "rate-limited", f"agent {agent.name} may make {limit} proposals {what}; try again "
                                                 f"in {wait} s", retry_after=wait)
@@ -336,7 +337,7 @@ def proposal_propose(*, agent: Agent, proposal: ProposalIn) -> tuple[dict, bool]
         agent = Agent.objects.select_for_update().select_related("tenant").get(pk=agent.pk)
         existing = job_by_key(tenant=tenant.slug, key=proposal.key)
         if existing is None:
-            refusal = _limit_refusal(agent, timezone.now())
+            refusal = proposal_limit_refusal(agent, timezone.now())
             if refusal is not None:
                 raise refusal
             submitted = proposal_submit(tenant=tenant, proposed_by=f"agent:{agent.name}", action=proposal.action,

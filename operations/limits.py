@@ -16,10 +16,10 @@ Either way the job is `Deferred`: the attempt is handed back, nothing is
 sent, nothing is dropped; an operation already recorded (in doubt, to be
 reconciled) is never held — it may already be at the provider.
 
-Counts come from the operations table itself (durable across restarts): the
-`max_effects` newest intents of (tenant, action) since the window began,
-read newest first through the index `operation_effect_limit` and never more
-than `max_effects` rows, however many operations the table holds. The
+Counts come from the operations table itself (durable across restarts): is
+there a `max_effects`-th newest intent of (tenant, action) since the window
+began? The index `operation_effect_limit` answers it walking at most
+`max_effects` entries, however many operations the table holds. The
 `ActionLimit` row is locked while counting and recording the intent (lock
 order: the job's row — the fence — then the limit's), so N concurrent
 workers admit exactly `max_effects`.
@@ -41,7 +41,7 @@ from jobs.store import Store
 from .models import ActionLimit, DispatchHold, Operation
 
 __all__ = ["Hold", "register_dispatch_guard", "dispatch_gate", "dispatch_holds_release", "action_limit_set",
-           "action_pause", "action_resume", "action_paused", "effects_in_window"]
+           "action_pause", "action_resume", "action_paused", "window_full_since"]
 
 
 @dataclass(frozen=True)
@@ -74,13 +74,18 @@ def _hold(job, hold: Hold) -> Deferred:
     return Deferred(hold.reason, wake_at=_recheck_at())
 
 
-def effects_in_window(limit: ActionLimit, *, now) -> list:
-    """Creation times of the newest intents counted by `limit`'s window,
-    newest first, at most `max_effects` of them (index `operation_effect_limit`)."""
+def window_full_since(limit: ActionLimit, *, now):
+    """When the window of `limit` filled up — the creation time of the
+    `max_effects`-th newest intent counted in it — or None while there is
+    room. The database walks at most `max_effects` entries of the index
+    `operation_effect_limit` (newest first) and returns one row, however
+    many operations the table holds."""
     since = now - timedelta(seconds=limit.window_seconds)
+    if limit.max_effects == 0:
+        return since  # nothing is ever allowed: the window opens a window from now
     recent = (Operation.objects.filter(tenant=limit.tenant, action=limit.action, created_at__gt=since)
               .order_by("-created_at").values_list("created_at", flat=True))
-    return list(recent[: limit.max_effects])
+    return recent[limit.max_effects - 1 : limit.max_effects].first()
 
 
 def dispatch_gate(job) -> Deferred | None:
@@ -99,9 +104,9 @@ def dispatch_gate(job) -> Deferred | None:
                                f"sent. It goes on when an operator resumes the action."))
     if limit is not None and limit.max_effects is not None:
         now = timezone.now()
-        counted = effects_in_window(limit, now=now)
-        if len(counted) >= limit.max_effects:
-            opens = (counted[-1] if counted else now) + timedelta(seconds=limit.window_seconds)
+        full_since = window_full_since(limit, now=now)
+        if full_since is not None:
+            opens = max(full_since + timedelta(seconds=limit.window_seconds), now)
             return Deferred(f"effect limit: tenant {job.tenant} allows {limit.max_effects} {job.action} per "
                             f"{_span(limit.window_seconds)} and the window is full; nothing was sent. Waits until "
                             f"{opens:%Y-%m-%d %H:%M:%S} UTC, when the oldest counted one leaves the window.",

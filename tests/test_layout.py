@@ -17,7 +17,7 @@ ALLOWED = {
     "company": {"jobs", "operations", "connectors"},
     "gateway": {"jobs", "operations", "connectors", "company"},
     "console": {"jobs", "operations"},
-    "proving": {"jobs", "operations", "connectors", "company"},
+    "proving": {"jobs", "operations", "connectors", "company", "gateway"},
 }
 
 

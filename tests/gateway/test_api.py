@@ -241,3 +241,75 @@ def test_a_key_never_appears_in_history_admin_entries_or_logs(api, caplog, clien
                          list(LogEntry.objects.values_list("change_message", flat=True))], default=str)
     assert secret not in stored and secret not in caplog.text
     assert secret not in api.get("/actions", key=api.key[:-1] + "x").content.decode()
+
+
+def test_over_the_per_minute_limit_is_429_with_retry_after_and_a_repeat_is_not_counted(client, tenant):
+    agent, issued = agent_create(tenant=tenant, name="burst", actor="t", proposals_per_minute=2)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {issued.key}"}
+
+    def propose(key):
+        return client.post("/api/v1/proposals", {"action": "connectors.send_email", "key": key, "rationale": "r",
+                                                 "payload": EMAIL}, content_type="application/json", **auth)
+
+    assert [propose(k).status_code for k in ("a", "b")] == [201, 201]
+    limited = propose("c")
+    document = problem(limited, 429)
+    assert 1 <= int(limited["Retry-After"]) <= 60 and document["retry_after"] == int(limited["Retry-After"])
+    assert propose("a").status_code == 200  # the same proposal again is no new one
+    assert not Job.objects.filter(key="c").exists()
+    # The window rolls: counted from the stored proposals, a minute back.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    AgentProposal.objects.filter(job_key="a").update(created_at=timezone.now() - timedelta(seconds=61))
+    assert propose("c").status_code == 201
+
+
+def test_over_the_rolling_day_limit_is_429_until_the_oldest_leaves_the_day(client, tenant, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.GATEWAY_PROPOSALS_PER_DAY = 2  # the default, for an agent without its own
+    agent, issued = agent_create(tenant=tenant, name="daily", actor="t")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {issued.key}"}
+
+    def propose(key):
+        return client.post("/api/v1/proposals", {"action": "connectors.send_email", "key": key, "rationale": "r",
+                                                 "payload": EMAIL}, content_type="application/json", **auth)
+
+    propose("a"), propose("b")
+    AgentProposal.objects.filter(job_key="a").update(created_at=timezone.now() - timedelta(hours=23))
+    limited = propose("c")
+    problem(limited, 429)
+    assert 3000 <= int(limited["Retry-After"]) <= 3601  # when "a" is a day old
+    AgentProposal.objects.filter(job_key="a").update(created_at=timezone.now() - timedelta(hours=25))
+    assert propose("c").status_code == 201
+
+
+def _propose_in_child(agent_id: int, key: str) -> int:
+    from gateway.models import Agent
+    from gateway.problems import Refused
+    from gateway.schemas import ProposalIn
+    from gateway.services import proposal_propose
+
+    agent = Agent.objects.select_related("tenant").get(pk=agent_id)
+    try:
+        proposal_propose(agent=agent, proposal=ProposalIn(action="connectors.send_email", key=key, rationale="r",
+                                                          payload=EMAIL))
+    except Refused as refused:
+        return refused.status
+    return 201
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_proposals_pass_the_limit_exactly_never_more():
+    from tests.support import in_processes
+
+    agent, _ = agent_create(tenant=tenant_ensure(slug="studio"), name="burst", actor="t", proposals_per_minute=3)
+    results = in_processes(_propose_in_child, [(agent.pk, f"k-{n}") for n in range(8)])
+    statuses = sorted(status for _, status in results)
+    assert statuses == [201, 201, 201, 429, 429, 429, 429, 429]
+    assert AgentProposal.objects.filter(agent=agent).count() == 3

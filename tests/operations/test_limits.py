@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from jobs.models import Job
 from jobs.worker import Worker, WorkerConfig
-from operations.limits import action_limit_set, action_pause, action_resume, effects_in_window
+from operations.limits import action_limit_set, action_pause, action_resume, window_full_since
 from operations.models import ActionLimit, DispatchHold, Operation
 from tests.support import wait_for
 
@@ -94,14 +94,18 @@ def test_a_paused_action_never_holds_an_operation_already_in_doubt(store, start_
     assert states() == {"mail-1": "DONE"} and len(stalling.messages()) == 1
 
 
-def test_the_limit_check_reads_at_most_the_limits_rows(store):
+def test_a_window_is_full_from_its_limits_newest_intent_and_counts_only_its_tenant_and_action(store):
     from tests.factories import OperationFactory
 
     job = enqueue_email(store, "mail-1")
-    for n in range(7):
+    for n in range(3):
         OperationFactory(job=job, tenant="studio", action=SEND_EMAIL, step=f"s{n}")
-    limit = ActionLimit.objects.create(tenant="studio", action=SEND_EMAIL, max_effects=3, window_seconds=3600)
-    assert len(effects_in_window(limit, now=timezone.now())) == 3
+    OperationFactory(job=job, tenant="studio", action="company.send_quote", step="other")
+    three = ActionLimit.objects.create(tenant="studio", action=SEND_EMAIL, max_effects=3, window_seconds=3600)
+    oldest = Operation.objects.filter(action=SEND_EMAIL).order_by("created_at").first().created_at
+    assert window_full_since(three, now=timezone.now()) == oldest
+    four = ActionLimit(tenant="studio", action=SEND_EMAIL, max_effects=4, window_seconds=3600)
+    assert window_full_since(four, now=timezone.now()) is None
 
 
 @pytest.mark.postgres
