@@ -29,6 +29,14 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     assert "invoice-reminder-INV-0001: proposed by agent:rules" in out
     assert "proposed 1 new;" in out and "proposed 0 new" in out
     assert "the provider holds 4 message(s); most for one operation: 1" in out
+    # An outside agent proposes over HTTP, a reviewer decides, its endpoint gets the signed callbacks.
+    assert "POST http://127.0.0.1:" in out and "→ 201: outside-agent-hello-1 is WAITING_REVIEW" in out
+    assert "the same POST again → 200, created: False" in out
+    assert "rejected it in the console's decision service" in out
+    for event in ("proposal.decided", "proposal.cancelled"):
+        assert f"the agent's endpoint received {event}" in out
+    assert "signature WRONG" not in out and "Idempotency-Key = event id: True" in out
+    assert "CANCELLED, decision reject by admin" in out
 
     # An existing user is never changed; the others get their memberships (C4).
     reviewer = User.objects.get(username="reviewer")
