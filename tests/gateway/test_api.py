@@ -147,6 +147,14 @@ def test_no_malformed_or_unknown_key_is_401(client, db, header):
         assert response["WWW-Authenticate"].startswith("Bearer")
 
 
+def test_a_known_prefix_with_another_secret_is_401(api):
+    prefix = api.key.split("_")[1]
+    forged = f"dwk_{prefix}_" + "B" * 43
+    problem(api.get("/actions", key=forged), 401)
+    problem(api.propose("send-1", api_key=forged), 401)
+    assert not Job.objects.exists()
+
+
 def test_a_revoked_key_is_401_and_the_agents_other_keys_still_work(api):
     second = agent_key_issue(agent=api.agent, actor="t")
     agent_key_revoke(agent=api.agent, prefix=api.key.split("_")[1], actor="t")

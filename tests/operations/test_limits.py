@@ -111,11 +111,11 @@ def test_a_window_is_full_from_its_limits_newest_intent_and_counts_only_its_tena
 @pytest.mark.postgres
 def test_concurrent_workers_send_exactly_the_limit_and_the_rest_wait(store, start_sim, manage):
     sim = start_sim("idempotent")
-    limit, jobs, workers = 5, 16, 4
+    limit, jobs, workers = 5, 30, 4
     action_limit_set(tenant="studio", action=SEND_EMAIL, max_effects=limit, window_seconds=3600, actor="otto")
     for n in range(jobs):
         enqueue_email(store, f"mail-{n:02}")
-    fleet = [manage.start("run_worker", "--until-idle", "--worker-id", f"w{n}", "--concurrency", "2",
+    fleet = [manage.start("run_worker", "--until-idle", "--worker-id", f"w{n}", "--concurrency", "3",
                           "--poll-interval", "0.05", env={"PROVIDER_URL": sim.url}) for n in range(workers)]
     for process in fleet:
         output, _ = process.communicate(timeout=200)
