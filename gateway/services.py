@@ -146,27 +146,6 @@ def agent_key_revoke(*, agent: Agent, prefix: str, actor: str) -> ApiKey:
 
 
 @transaction.atomic
-def agent_update(*, agent: Agent, actor: str, callback_url: str | None = None, actions: list[str] | None = None,
-                 all_actions: bool = False, proposals_per_minute: int | None = None,
-                 proposals_per_day: int | None = None) -> Agent:
-    """Change what an agent may propose, its limits or its callback URL (a
-    new URL gets a new signing secret; an empty one turns callbacks off)."""
-    agent = Agent.objects.select_for_update().get(pk=agent.pk)
-    if callback_url is not None:
-        url = _callback_url_checked(callback_url)
-        if url != agent.callback_url:
-            agent.callback_url, agent.callback_secret = url, callback_secret_generate() if url else ""
-    if all_actions:
-        agent.actions = None
-    elif actions is not None:
-        agent.actions = _actions_checked(actions)
-    agent.proposals_per_minute = _limit_checked("proposals_per_minute", proposals_per_minute)
-    agent.proposals_per_day = _limit_checked("proposals_per_day", proposals_per_day)
-    agent.save()
-    return agent
-
-
-@transaction.atomic
 def agent_pause(*, agent: Agent, reason: str, actor: str) -> Agent:
     """The kill switch: the agent's new proposals are refused (423) and its
     jobs not yet dispatched are held at dispatch (operations.limits)."""
