@@ -11,7 +11,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from company.services import tenant_ensure
-from gateway.services import agent_create, agent_key_revoke
+from gateway.schemas import ProposalIn
+from gateway.services import agent_create, agent_key_revoke, proposal_propose
 from tests.conftest import ROOT
 
 from .conftest import EMAIL
@@ -52,9 +53,6 @@ def test_an_mcp_client_lists_tools_proposes_and_reads_the_status(manage, transac
     agent, issued = agent_create(tenant=tenant, name="claude", actor="test", actions=["connectors.send_email"])
     # Another tenant's proposal under a key this agent asks for: not found.
     other, _ = agent_create(tenant=tenant_ensure(slug="other"), name="x", actor="test")
-    from gateway.schemas import ProposalIn
-    from gateway.services import proposal_propose
-
     proposal_propose(agent=other, proposal=ProposalIn(action="connectors.send_email", key="elsewhere-1",
                                                       rationale="theirs", payload=EMAIL))
 
