@@ -18,6 +18,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.actions import JobContext, Wait, action
 from jobs.errors import PermanentError
@@ -27,6 +28,7 @@ from jobs.selectors import wake_detail
 from jobs.store import Store
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
 from operations.models import Receipt
+from operations.handlers import PROVIDER_PATTERN
 from operations.protocol import operation_perform
 from operations.selectors import operation_for_step
 
@@ -63,6 +65,16 @@ from .services import (
 EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=8)
 
 QS = Quote.Status
+
+
+class RecordEmailPayload(BaseModel):
+    """An email rendered from the record the job's subject names (a quote or
+    an invoice) when it is sent; the payload only chooses the provider."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="Email rendered from the record")
+
+    provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+                                 description="The email provider (default: the deployment's).")
 
 
 def reply_provider() -> str:
@@ -116,7 +128,9 @@ def _quote_of(ctx: JobContext) -> Quote:
 # ---------------------------------------------------------------- the quote loop
 
 
-@action(SEND_QUOTE, retry=EMAIL_RETRY, timeout=300)
+@action(SEND_QUOTE, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        description=f"Send an approved quote to its customer (once), then wait for the reply. Subject: "
+                    f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote(ctx: JobContext):
     """Send an approved quote once, then wait for the reply or the follow-up
     timer; a reply accepts/declines, the timer proposes a follow-up."""
@@ -150,7 +164,9 @@ def send_quote(ctx: JobContext):
                          f"{follow_up_at:%Y-%m-%d %H:%M:%S} UTC", provider=reply_provider())
 
 
-@action(SEND_QUOTE_FOLLOW_UP, retry=EMAIL_RETRY, timeout=300)
+@action(SEND_QUOTE_FOLLOW_UP, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        description=f"Follow up a sent quote that has no reply (once). Subject: "
+                    f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote_follow_up(ctx: JobContext):
     """A reviewer approved following up: send the follow-up once (only while
     the quote is still unanswered), then wait for the customer's reply."""
@@ -251,7 +267,9 @@ def plan_reminder_on_change(event) -> None:
         invoice_reminder_plan(invoice=invoice)
 
 
-@action(SEND_INVOICE_REMINDER, retry=EMAIL_RETRY, timeout=300)
+@action(SEND_INVOICE_REMINDER, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        description=f"Remind the customer of an open invoice (once; not if paid or suppressed). Subject: "
+                    f"{{\"type\": \"{INVOICE}\", \"id\": <invoice id>}}.")
 def send_invoice_reminder(ctx: JobContext):
     """Re-read the invoice and its customer, then remind once — or say why not.
 

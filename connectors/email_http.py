@@ -15,90 +15,35 @@ How a failure is classified depends on *when* it happened:
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.message import Message
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from connectors.http_exchange import (  # noqa: F401 - parse_retry_after is part of this module's API
+    Endpoint,
+    ExchangeLimits,
+    HttpAnswer,
+    http_exchange,
+    parse_retry_after,
+    provider_error,
+)
 from connectors.base import (
     ACCEPTED,
     Capabilities,
     Connector,
     NotSupported,
     ProviderAccepted,
-    ProviderAuthFailed,
-    ProviderError,
-    ProviderIdempotencyConflict,
-    ProviderIdempotencyMismatch,
     ProviderLookupAmbiguous,
     ProviderOutcomeUnknown,
-    ProviderRejected,
-    ProviderThrottled,
-    ProviderUnavailable,
     redact_credentials,
 )
-
-# Used when a 429 carries no usable Retry-After.
-DEFAULT_RETRY_AFTER_SECONDS = 1.0
-
-# The response headers worth keeping as evidence on a receipt or an error.
-EVIDENCE_HEADERS = ("Request-Id", "Idempotent-Replayed", "Retry-After")
 
 USER_AGENT = "durable-workers-connector/1"
 
 # Larger answers are not read: a receipt or a lookup page is a few KiB.
 DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class _HttpAnswer:
-    status: int
-    headers: Message
-    body: bytes
-
-    def json(self) -> Any:
-        """The decoded JSON body, or ``None`` when it is not JSON."""
-        try:
-            return json.loads(self.body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
-
-    def evidence(self, **extra: Any) -> dict[str, Any]:
-        headers = {name: self.headers[name] for name in EVIDENCE_HEADERS if self.headers.get(name) is not None}
-        body = self.json()
-        return {
-            "status_code": self.status,
-            "headers": headers,
-            "response": body if body is not None else self.body[:500].decode("utf-8", "replace"),
-            **extra,
-        }
-
-
-def parse_retry_after(value: str | None, *, default: float = DEFAULT_RETRY_AFTER_SECONDS) -> float:
-    """Seconds to wait from a ``Retry-After`` header (delay-seconds or HTTP-date).
-
-    Never negative; ``default`` when the header is absent or unreadable.
-    """
-    if not value:
-        return default
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return default
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 class HttpEmailConnector(Connector):
@@ -186,7 +131,7 @@ class HttpEmailConnector(Connector):
         evidence = answer.evidence(idempotency_key_sent=sent_key, provider=self.name)
         if answer.status in (200, 201):
             return self._receipt(answer.json(), answer, evidence)
-        raise self._error_for(answer, evidence)
+        raise provider_error(answer, evidence)
 
     def lookup(self, client_reference: str) -> ProviderAccepted | None:
         """Find the message for ``client_reference``; see ``Connector.lookup``.
@@ -205,7 +150,7 @@ class HttpEmailConnector(Connector):
         answer = self._exchange("GET", path, body=None, headers={})
         evidence = answer.evidence(lookup_client_reference=client_reference, provider=self.name)
         if answer.status != 200:
-            raise self._error_for(answer, evidence)
+            raise provider_error(answer, evidence)
         document = answer.json()
         matches = document.get("data") if isinstance(document, dict) else None
         if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
@@ -227,82 +172,17 @@ class HttpEmailConnector(Connector):
 
     # -- plumbing -----------------------------------------------------------
 
-    def _exchange(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str]) -> _HttpAnswer:
-        connection_class = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(self._host, self._port, timeout=self.connect_timeout)
-        target = f"{method} {self.base_url}{path}"
-        # The overall deadline: per-operation timeouts cannot stop a peer that
-        # sends one byte just before each would expire, so a timer shuts the
-        # socket at the deadline and the blocked read returns.
-        expired = threading.Event()
-        opened: list[socket.socket] = []  # the response keeps the socket after the connection lets go of it
+    def _exchange(self, method: str, path: str, *, body: bytes | None, headers: dict[str, str]) -> HttpAnswer:
+        return http_exchange(
+            Endpoint(self._scheme, self._host, self._port), method, f"{self._path_prefix}{path}", body=body,
+            headers={**headers, "Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
+                     "User-Agent": USER_AGENT},
+            limits=ExchangeLimits(self.connect_timeout, self.read_timeout, self.total_timeout,
+                                  self.max_response_bytes),
+            describe=f"{method} {self.base_url}{path}", provider=self.name,
+        )
 
-        def expire() -> None:
-            expired.set()
-            for sock in opened:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        deadline = threading.Timer(self.total_timeout, expire)
-        deadline.daemon = True
-        deadline.start()
-        try:
-            try:
-                connection.connect()
-            except OSError as exc:
-                # Nothing was written to the provider: the message cannot exist.
-                raise ProviderUnavailable(
-                    f"cannot connect to {self.base_url}: {exc!r}",
-                    evidence={"request": target, "error": repr(exc), "provider": self.name},
-                ) from exc
-            connection.sock.settimeout(self.read_timeout)
-            opened.append(connection.sock)
-            if expired.is_set():  # the deadline passed while connecting
-                expire()
-            try:
-                connection.request(
-                    method,
-                    f"{self._path_prefix}{path}",
-                    body=body,
-                    headers={
-                        **headers,
-                        "Authorization": f"Bearer {self.api_key}",
-                        "Accept": "application/json",
-                        "User-Agent": USER_AGENT,
-                    },
-                )
-                response = connection.getresponse()
-                body = self._read_bounded(response)
-                if expired.is_set():
-                    raise TimeoutError("deadline passed")  # the socket was shut under a read
-                return _HttpAnswer(response.status, response.headers, body)
-            except (OSError, http.client.HTTPException) as exc:
-                # Covers read timeouts, resets and RemoteDisconnected: some or
-                # all of the request may have been received and acted on.
-                error = TimeoutError(f"the whole exchange took longer than {self.total_timeout:g}s") \
-                    if expired.is_set() else exc
-                raise ProviderOutcomeUnknown(
-                    f"no answer from {self.base_url} after sending: {error!r}",
-                    evidence={"request": target, "error": repr(error), "provider": self.name},
-                ) from exc
-        finally:
-            deadline.cancel()
-            connection.close()
-
-    def _read_bounded(self, response: http.client.HTTPResponse) -> bytes:
-        """The body, or ``ProviderOutcomeUnknown`` past ``max_response_bytes``
-        (the provider answered something, but not a receipt we can trust)."""
-        body = response.read(self.max_response_bytes + 1)
-        if len(body) > self.max_response_bytes:
-            raise ProviderOutcomeUnknown(
-                f"the answer from {self.base_url} is larger than {self.max_response_bytes} bytes; not read",
-                status=response.status, evidence={"provider": self.name, "status_code": response.status},
-            )
-        return body
-
-    def _receipt(self, message: Any, answer: _HttpAnswer, evidence: dict[str, Any]) -> ProviderAccepted:
+    def _receipt(self, message: Any, answer: HttpAnswer, evidence: dict[str, Any]) -> ProviderAccepted:
         try:
             reference = message["id"]
             accepted_at = datetime.fromisoformat(message["accepted_at"])
@@ -324,27 +204,3 @@ class HttpEmailConnector(Connector):
             evidence=evidence,
             replayed=replayed,
         )
-
-    @staticmethod
-    def _error_for(answer: _HttpAnswer, evidence: dict[str, Any]) -> ProviderError:
-        status = answer.status
-        document = answer.json()
-        document = document if isinstance(document, dict) else {}
-        code = document.get("error")
-        detail = str(document.get("detail") or code or f"HTTP {status}")
-        if status in (401, 403):
-            return ProviderAuthFailed(detail, status=status, evidence=evidence)
-        if status == 429:
-            retry_after = parse_retry_after(answer.headers.get("Retry-After"))
-            return ProviderThrottled(detail, retry_after=retry_after, status=status, evidence=evidence)
-        if status == 409:
-            return ProviderIdempotencyConflict(detail, status=status, evidence=evidence)
-        if status == 422 and code == "idempotency_error":
-            return ProviderIdempotencyMismatch(detail, status=status, evidence=evidence)
-        if 400 <= status < 500:
-            # 400, 404, 422 validation_error...: the same request will be
-            # refused again, so it is permanent.
-            return ProviderRejected(detail, status=status, evidence=evidence)
-        # 5xx, and anything we do not understand: the provider may have
-        # acted on the request before failing to answer properly.
-        return ProviderOutcomeUnknown(detail, status=status, evidence=evidence)

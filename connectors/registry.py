@@ -43,6 +43,8 @@ DEFAULT_API_KEY = "sim-dev-key"
 ConnectorFactory = Callable[[], Connector]
 
 _registered: dict[str, ConnectorFactory] = {}
+# prefix -> factory(name): one connector per name of a family ("callback:12").
+_families: dict[str, Callable[[str], Connector]] = {}
 _registered_lock = threading.Lock()
 
 
@@ -94,14 +96,25 @@ def build_http_connector(
 def get_connector(provider_name: str) -> Connector:
     """The connector for ``provider_name``, freshly built (settings are read now).
 
-    A factory registered with ``register_connector`` wins over the built-in
-    providers. Raises ``UnknownProvider`` when neither knows the name.
+    A factory registered with ``register_connector`` wins over a family's
+    (``register_connector_family``), which wins over the built-in providers. Raises ``UnknownProvider`` when neither knows the name.
     """
     with _registered_lock:
         factory = _registered.get(provider_name)
+        family = next((f for prefix, f in _families.items() if provider_name.startswith(prefix)), None)
     if factory is not None:
         return factory()
+    if family is not None:
+        return family(provider_name)
     return build_http_connector(provider_name)
+
+
+def register_connector_family(prefix: str, factory: Callable[[str], Connector]) -> None:
+    """Serve every name starting with `prefix` with `factory(name)`: one
+    provider per name (per receiver, say), so a pause of one — credentials
+    refused — holds back that one alone."""
+    with _registered_lock:
+        _families[prefix] = factory
 
 
 def register_connector(name: str, factory: ConnectorFactory) -> None:

@@ -1,5 +1,6 @@
 """A job's evidence timeline (selectors): its history events, operations and
-their events, receipts, timers and inbound events interleaved, newest first.
+their events, receipts, timers and inbound events interleaved, newest first,
+with what other apps record about the job (`jobs.admin.register_timeline_source`).
 
 Bounded at any size: a page is the newest `PAGE` job events before a cursor
 (index `jobevent_job_id`) plus the other items whose time falls within the
@@ -12,6 +13,7 @@ from datetime import datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from jobs.admin import timeline_sources
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from operations.models import Operation, OperationEvent, Receipt
 
@@ -86,6 +88,11 @@ def timeline_page(job: Job, *, before: int | None = None) -> tuple[list[Entry], 
     for i in span(InboundEvent.objects.filter(job=job), "received_at"):
         entries.append(Entry(at=i.received_at, kind="inbound", title=f"inbound {i.event_type} from {i.provider}",
                              detail=f"{i.state} {i.note}".strip(), link="admin:jobs_inboundevent_change", pk=i.pk))
+    for source in timeline_sources():
+        # Other apps' records about this job (jobs.admin.register_timeline_source).
+        for item in source(job, since=lower, until=upper, limit=OTHER_LIMIT):
+            entries.append(Entry(at=item.at, kind=item.kind, title=item.title, detail=item.detail,
+                                 actor=item.actor, link=item.link, pk=item.pk))
     entries.sort(key=lambda e: (e.at, e.order), reverse=True)
     return entries, (page[-1].id if more else None)
 

@@ -2,8 +2,6 @@
 `jobs.review` / `operations.review`; who may see and do what is asked of
 `jobs.access`, never decided here)."""
 
-import json
-
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -18,6 +16,7 @@ from jobs import access, review
 from jobs.actions import registered_actions
 from jobs.errors import JobError
 from jobs.models import Job, JobEvent
+from jobs.payloads import payload_display
 from jobs.selectors import newest_events
 from jobs.states import State
 from operations.models import IN_DOUBT, Operation
@@ -102,19 +101,6 @@ def _why(job: Job, operations: list[Operation]) -> dict:
     }
 
 
-def _payload_rows(payload) -> list[tuple[str, str, bool]]:
-    """The payload for a person: (field, value, multiline) rows."""
-    if not isinstance(payload, dict):
-        return [("payload", json.dumps(payload, indent=2, ensure_ascii=False), True)]
-    rows = []
-    for name, value in payload.items():
-        if isinstance(value, str):
-            rows.append((name, value, "\n" in value or len(value) > 80))
-        else:
-            rows.append((name, json.dumps(value, indent=2, ensure_ascii=False), isinstance(value, dict | list)))
-    return rows
-
-
 @require_GET
 def decision_page(request, job_id):
     """One item: why it waits, its payload, history and operations, and the
@@ -134,7 +120,7 @@ def decision_page(request, job_id):
         title=f"{job.tenant}/{job.key}",
         job=job,
         why=_why(job, operations),
-        payload=_payload_rows(job.payload),
+        payload=payload_display(job.action, job.payload),
         events=events,
         seen_event=events[0].id if events else "",
         operations=operations,

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "operations",
     "connectors",
     "company",
+    "gateway",
     "console",
     "proving",
 ]
@@ -253,6 +254,29 @@ OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", def
 # only its events may end a quote's wait (it needs a secret in
 # INBOUND_WEBHOOK_SECRETS and the tenant in INBOUND_PROVIDER_TENANTS).
 COMPANY_REPLY_PROVIDER = env("COMPANY_REPLY_PROVIDER", default="mailer")
+
+# Effect limits and pauses (operations.limits): a job held by a pause checks
+# again this often by itself (lifting the pause resumes it at once).
+OPERATIONS_HOLD_RECHECK_SECONDS = env.float("OPERATIONS_HOLD_RECHECK_SECONDS", default=300.0)
+
+# ---------------------------------------------------------------- the agent gateway (DESIGN §15)
+# Proposals an agent may make per minute and per rolling 24 h (an agent's own
+# limits override these), and the largest request body the API reads.
+GATEWAY_PROPOSALS_PER_MINUTE = env.int("GATEWAY_PROPOSALS_PER_MINUTE", default=60)
+GATEWAY_PROPOSALS_PER_DAY = env.int("GATEWAY_PROPOSALS_PER_DAY", default=5000)
+GATEWAY_MAX_BODY_BYTES = env.int("GATEWAY_MAX_BODY_BYTES", default=512 * 1024)
+# Callback URLs are requests made on an agent's behalf from inside our
+# network: https only in production, and never to loopback, private,
+# link-local (metadata) or other non-public addresses — checked on the
+# resolved address at each delivery — unless allowed here for development.
+GATEWAY_CALLBACK_REQUIRE_HTTPS = env.bool("GATEWAY_CALLBACK_REQUIRE_HTTPS", default=PRODUCTION)
+GATEWAY_CALLBACK_ALLOW_PRIVATE = env.bool("GATEWAY_CALLBACK_ALLOW_PRIVATE", default=False)
+if PRODUCTION and GATEWAY_CALLBACK_ALLOW_PRIVATE:
+    raise environ.ImproperlyConfigured(
+        "GATEWAY_CALLBACK_ALLOW_PRIVATE=1 is refused when DURABLE_PRODUCTION=1: agents could reach internal addresses"
+    )
+GATEWAY_CALLBACK_CONNECT_TIMEOUT = env.float("GATEWAY_CALLBACK_CONNECT_TIMEOUT", default=2.0)
+GATEWAY_CALLBACK_READ_TIMEOUT = env.float("GATEWAY_CALLBACK_READ_TIMEOUT", default=5.0)
 
 # ---------------------------------------------------------------- ecosystem (DESIGN §13)
 # django-q2 is the calendar, never the executor: a schedule only creates

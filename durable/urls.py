@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from gateway.api import api as gateway_api
 from jobs import monitoring
 
 urlpatterns = [
@@ -10,6 +11,7 @@ urlpatterns = [
     path("admin/console/", include("console.urls")),
     path("admin/", admin.site.urls),
     path("hooks/", include("jobs.urls")),
+    path("api/v1/", gateway_api.urls),
     path("metrics", monitoring.metrics, name="metrics"),
     path("healthz", monitoring.healthz, name="healthz"),
     path("readyz", monitoring.readyz, name="readyz"),

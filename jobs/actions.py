@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import UnknownAction
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -32,19 +32,40 @@ class ActionSpec:
     retry: RetryPolicy = DEFAULT_POLICY
     timeout: float | None = None  # seconds; past it the lease is no longer renewed
     # A Django form class naming the payload fields a reviewer may correct
-    # before approving (correct-and-approve); None: no correction offered.
+    # before approving (correct-and-approve); None: no correction offered
+    # (or, with a `schema`, the fields it marks correctable: jobs.payloads).
     review_form: type | None = None
     # Called by the worker once it has recorded an outcome of one of this
     # action's jobs: `(job, failure)`, `failure` being what the handler raised
     # (None for a success). See `action`.
     on_recorded: Callable[[Any, BaseException | None], None] | None = None
+    # The payload's declaration (`PayloadSchema`): validation, the JSON
+    # Schema agents read, the console's rendering and correction form all
+    # come from it (jobs.payloads). None: a payload the engine knows nothing of.
+    schema: "PayloadSchema | None" = None
+    description: str = ""
+
+
+@runtime_checkable
+class PayloadSchema(Protocol):
+    """What the engine needs of a payload schema — the shape of a pydantic
+    model class, which the apps above declare; the engine imports no library
+    for it. `model_validate` raises a `ValueError` whose `errors()` lists
+    `{"loc", "msg", "type"}` for each problem, and returns an object whose
+    `model_dump(mode="json")` is the payload as stored."""
+
+    @classmethod
+    def model_json_schema(cls) -> dict: ...
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Any: ...
 
 
 _registry: dict[str, ActionSpec] = {}
 
 
 def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None,
-           on_recorded=None):
+           on_recorded=None, schema: PayloadSchema | None = None, description: str = ""):
     """Register the decorated function as the handler of `name`.
 
     `review_form`: a Django form class whose fields are the payload fields a
@@ -57,14 +78,24 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
     lost). `job` is the job as claimed; `failure` is the exception the
     handler raised, or None. A failure's callback runs while that exception
     is being handled. An exception the callback raises is logged and changes
-    nothing: the outcome is already recorded."""
+    nothing: the outcome is already recorded.
+
+    `schema`: the payload's declaration (see `PayloadSchema`, `jobs.payloads`);
+    an action with one can be proposed by an outside agent.
+    `description`: what the action does, for an agent choosing it (default:
+    the first paragraph of the handler's docstring)."""
+
+    if schema is not None and not isinstance(schema, PayloadSchema):
+        raise TypeError(f"action {name!r}: schema must offer model_json_schema() and model_validate()")
 
     def register(handler):
         existing = _registry.get(name)
         if existing is not None and existing.handler is not handler:
             if getattr(existing.handler, "__qualname__", None) != handler.__qualname__:
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
-        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded)
+        text = description or (handler.__doc__ or "").strip().split("\n\n")[0]
+        _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded,
+                                     schema, " ".join(text.split()))
         return handler
 
     return register
@@ -92,6 +123,17 @@ def review_form(name: str):
 
 def registered_actions() -> list[str]:
     return sorted(_registry)
+
+
+def action_spec(name: str) -> ActionSpec | None:
+    """The registered action, or None."""
+    return _registry.get(name)
+
+
+def schema_actions() -> list[str]:
+    """The actions that declare a payload schema, sorted: what an outside
+    agent may be allowed to propose."""
+    return sorted(name for name, spec in _registry.items() if spec.schema is not None)
 
 
 @dataclass(frozen=True)

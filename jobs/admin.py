@@ -2,9 +2,13 @@
 (`admin_scope.ScopedAdmin`). Decisions are not admin actions: they are taken
 on pages of the app that offers them (a note, the state the person saw, their
 role in the tenant — `jobs.review`). That app adds its links to a job's page
-with `register_job_link`; the engine names no page of its own above it."""
+with `register_job_link`, and the entries of its own records about a job to
+the job's evidence timeline with `register_timeline_source`; the engine names
+no page of its own above it."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib import admin, messages
 from django.utils import timezone
@@ -59,6 +63,36 @@ def register_job_link(label: str, url_for: Callable[[Job], str]) -> None:
     job). Registering the same label again replaces it."""
     _job_links[:] = [(known, fn) for known, fn in _job_links if known != label]
     _job_links.append((label, url_for))
+
+
+@dataclass(frozen=True)
+class TimelineItem:
+    """One entry another app adds to a job's evidence timeline (a delivery
+    made about the job, say): `link` is an admin URL name reversed with `pk`."""
+
+    at: datetime
+    kind: str
+    title: str
+    detail: str = ""
+    actor: str = ""
+    link: str = ""
+    pk: object = None
+
+
+# function(job, *, since, until, limit) -> list[TimelineItem]: the items
+# about `job` in [since, until) (None: unbounded), newest first, at most `limit`.
+_timeline_sources: list[Callable] = []
+
+
+def register_timeline_source(source: Callable) -> None:
+    """Add entries of another app's records to each job's evidence timeline
+    (the console shows them among the job's own). Registering twice is harmless."""
+    if source not in _timeline_sources:
+        _timeline_sources.append(source)
+
+
+def timeline_sources() -> list[Callable]:
+    return list(_timeline_sources)
 
 
 @admin.register(Job)

@@ -55,3 +55,17 @@ class NeedsAttention(HandlerFailure):
 
 class AuthError(HandlerFailure):
     """Credentials were refused: never retried in a loop (→ NEEDS_ATTENTION)."""
+
+
+class Deferred(HandlerFailure):
+    """The job may not do its work yet — a limit's window is full, a pause
+    holds it — so it waits instead of failing: WAITING_EXTERNAL with this
+    reason until `wake_at` (or until whoever holds it resumes it), and the
+    attempt it was claimed for is handed back, as `release` does. For code
+    deep in a handler's call (the operation protocol) that cannot return a
+    `Wait` itself; nothing is retried and nothing counts as a failure."""
+
+    def __init__(self, reason: str, *, wake_at=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.wake_at = wake_at

@@ -22,8 +22,9 @@ from django.db import transaction
 
 from . import access
 from .access import DecisionRefused
-from .actions import review_form
+from .actions import action_spec
 from .models import Job
+from .payloads import PayloadInvalid, correction_form_class, payload_validate
 from .selectors import newest_event
 from .store import Store
 
@@ -120,7 +121,7 @@ def correction_form(job: Job, data=None):
     """The form of the fields a reviewer may correct on `job` (the job's
     action declares it), bound to `data` or filled from the payload; None
     when the action declares none."""
-    form_class = review_form(job.action)
+    form_class = correction_form_class(job.action)
     if form_class is None:
         return None
     payload = job.payload if isinstance(job.payload, dict) else {}
@@ -155,6 +156,13 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
             raise DecisionRefused("nothing was corrected; approve it as it is, or change a field")
         revision = int(before.get("revision") or 1) + 1
         payload = {**before, **{name: c["after"] for name, c in correction.items()}, "revision": revision}
+        spec = action_spec(job.action)
+        if spec is not None and spec.schema is not None:
+            # The action's one schema has the last word on the whole payload.
+            try:
+                payload = payload_validate(job.action, payload)
+            except PayloadInvalid as exc:
+                raise DecisionRefused(f"the correction is not valid: {exc}") from None
         return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor,
                                detail={"decision": "correct", "correction": correction, "revision": revision})
 

@@ -15,7 +15,8 @@ from .states import TERMINAL, State
 
 __all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "live_jobs", "expired_leases", "lease_expired",
            "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
-           "jobs_needing_attention", "timers_pending_for_subject"]
+           "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
+           "timers_pending_for_subject"]
 
 # A finished job is in a terminal state (`states.TERMINAL`); every other state
 # is live: work or a person still owes it something.
@@ -119,12 +120,36 @@ def wake_detail(job: Job) -> dict | None:
     return last.detail or {}
 
 
+def events_after(job_id: int, *, after: int = 0, limit: int = 100) -> list[JobEvent]:
+    """The job's history rows newer than event id `after`, oldest first, at
+    most `limit` (index `jobevent_job_id`). A job's events are written under
+    its row lock, so their ids grow in commit order: a reader that remembers
+    the last id it saw misses none."""
+    return list(JobEvent.objects.filter(job_id=job_id, id__gt=after).order_by("id")[:limit])
+
+
+# The reviewers' decisions on a job waiting for review (states.TRANSITIONS).
+DECISION_KINDS = ("approve", "correct", "reject")
+
+
+def last_decision(job_id: int) -> JobEvent | None:
+    """The newest reviewer decision on the job (approve, correct or reject),
+    or None (index `jobevent_job_id`, read backwards)."""
+    return JobEvent.objects.filter(job_id=job_id, kind__in=DECISION_KINDS).order_by("-id").first()
+
+
 # ---------------------------------------------------------------- by business identity
 
 
 def job_by_key(*, tenant: str, key: str) -> Job | None:
     """The job of a business key, or None (constraint `job_unique_tenant_key`)."""
     return Job.objects.filter(tenant=tenant, key=key).first()
+
+
+def jobs_by_keys(*, tenant: str, keys) -> dict[str, Job]:
+    """The jobs of these business keys in one tenant, by key (constraint
+    `job_unique_tenant_key`); keys without a job are left out."""
+    return {job.key: job for job in Job.objects.filter(tenant=tenant, key__in=list(keys))}
 
 
 def jobs_needing_attention(*, tenant: str, jobs: QuerySet | None = None) -> QuerySet:

@@ -441,6 +441,7 @@ class Store:
         wake_at=None,
         provider: str = "",
         detail: dict | None = None,
+        hand_back_attempt: bool = False,
         now=None,
     ) -> None:
         """Release the job into a persisted wait (no process sleeps on it).
@@ -448,7 +449,10 @@ class Store:
         `state` is WAITING_EXTERNAL (a reply, a provider) or WAITING_REVIEW (a
         human). `wake_at`, when given, is when the wait ends by itself.
         `provider`, when given, is the only inbound provider whose event may
-        end the wait (`jobs.inbound`).
+        end the wait (`jobs.inbound`). `hand_back_attempt` does not count the
+        attempt the job was claimed for (a `Deferred` job did no work: a
+        limit or a pause held it), so waiting on a limit many times never
+        uses up its attempts or starts its recovery window.
         Raises `Conflict` if the fence moved, `InvalidTransition` for any
         other target state, `ValueError` for a `wake_at` that is not a time.
         """
@@ -457,19 +461,14 @@ class Store:
         if not isinstance(provider, str) or len(provider) > 100:
             raise ValueError(f"provider must be a string of at most 100 characters, not {provider!r:.60}")
         reason = storable_text(reason)
-        self._fenced(
-            "wait",
-            tenant,
-            key,
-            worker_id,
-            epoch,
-            State(state),
-            clock,
-            {"wait_reason": reason[:500], "wake_at": adapt(wake) if wake else None, "lease_until": None,
-             "wait_provider": provider},
-            reason=reason,
-            detail=detail,
-        )
+        changes = {"wait_reason": reason[:500], "wake_at": adapt(wake) if wake else None, "lease_until": None,
+                   "wait_provider": provider}
+        if hand_back_attempt:
+            # The UPDATE's right-hand sides read the row as it was.
+            changes["attempts"] = ("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END", [])
+            changes["first_attempt_at"] = ("CASE WHEN attempts <= 1 THEN NULL ELSE first_attempt_at END", [])
+        self._fenced("wait", tenant, key, worker_id, epoch, State(state), clock, changes, reason=reason,
+                     detail=detail)
 
     def fail(
         self,

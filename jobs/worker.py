@@ -35,7 +35,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 
 from . import metrics, notify, periodic
 from .actions import JobContext, Wait, get_action
-from .errors import Conflict, JobNotFound, UnknownAction
+from .errors import Conflict, Deferred, JobNotFound, UnknownAction
 from .models import Job
 from .retry import Decision, Failure
 from .states import State
@@ -352,6 +352,13 @@ class Worker:
                 outcome = spec.handler(ctx)
         except Conflict as exc:
             self._lost(job, _describe(exc))
+            return
+        except Deferred as exc:
+            # Not a failure: held back (a limit, a pause); the attempt is handed back.
+            deferred = exc
+            self._record(job, lambda: self.store.wait(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
+                                                      reason=deferred.reason, wake_at=deferred.wake_at,
+                                                      hand_back_attempt=True), "waiting")
             return
         except BaseException as exc:  # noqa: BLE001 - the retry policy classifies every failure
             # BaseException too: a handler calling sys.exit() must not end its slot thread.

@@ -5,8 +5,8 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 `handlers` module at start-up, which registers it.
 """
 
-from django import forms
 from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.actions import JobContext, action
 from jobs.errors import PermanentError
@@ -21,15 +21,30 @@ DEFAULT_EMAIL_PROVIDER = "sim-idempotent"
 # that a provider outage reaches an operator within minutes.
 SEND_EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=8)
 
+# An address with one @, a dot in the domain, no spaces or control characters
+# (the provider validates it fully; a reviewer's form uses Django's check).
+EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+$"
+# Text a person reads: no NUL (nothing can store it) or other control
+# characters but tab and line breaks.
+TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
+PROVIDER_PATTERN = r"^[a-z0-9][a-z0-9:._-]{0,99}$"
 
 
+class EmailPayload(BaseModel):
+    """One email to one recipient."""
 
-class EmailCorrection(forms.Form):
-    """What a reviewer may correct on an email the provider rejected."""
+    model_config = ConfigDict(extra="forbid", strict=True, title="Email")
 
-    to = forms.EmailField(label="Recipient address", max_length=254)
-    subject = forms.CharField(label="Subject", max_length=200)
-    body = forms.CharField(label="Message", widget=forms.Textarea(attrs={"rows": 6}))
+    to: str = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
+                    json_schema_extra={"format": "email", "x-correctable": True})
+    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=TEXT_PATTERN,
+                         json_schema_extra={"x-correctable": True})
+    body: str = Field(title="Message", min_length=1, max_length=50_000, pattern=TEXT_PATTERN,
+                      json_schema_extra={"x-correctable": True, "x-multiline": True})
+    provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+                                 description="The email provider (default: the deployment's).")
+    revision: int | None = Field(None, title="Revision", ge=1, le=10_000,
+                                 description="Set by a reviewer's correction; leave it out.")
 
 
 def send_step(payload: dict) -> str:
@@ -41,15 +56,21 @@ def send_step(payload: dict) -> str:
     return "send" if revision == 1 else f"send-r{revision}"
 
 
-@action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, review_form=EmailCorrection)
+@action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, schema=EmailPayload,
+        description="Send one email (to, subject, body) through the email provider, at most once.")
 def send_email(ctx: JobContext) -> dict:
     """Send one email, at most once per job, through the operation protocol.
 
-    Payload: `to`, `subject`, `body` (strings) and optionally `provider`
-    (default: the `OPERATIONS_DEFAULT_EMAIL_PROVIDER` setting, else
-    "sim-idempotent") and `revision` (set by a reviewer's correction). Returns the receipt's summary as the job's result.
-    Raises `PermanentError` for a malformed payload (→ review, nothing
-    recorded) and whatever `operation_perform` raises.
+    Payload (`EmailPayload`, the one schema the API, the MCP tools and the
+    reviewer's correction form use): `to`, `subject`, `body` and optionally
+    `provider` (default: the `OPERATIONS_DEFAULT_EMAIL_PROVIDER` setting, else
+    "sim-idempotent") and `revision` (set by a reviewer's correction).
+    A proposal's payload is checked against the schema before its job
+    exists; a job enqueued by code is checked here only for what sending
+    needs (the provider validates the rest: a refusal goes to review).
+    Returns the receipt's summary as the job's result. Raises
+    `PermanentError` for a malformed payload (→ review, nothing recorded)
+    and whatever `operation_perform` raises.
     """
     payload = ctx.payload if isinstance(ctx.payload, dict) else {}
     problems = [name for name in ("to", "subject", "body") if not isinstance(payload.get(name), str)]

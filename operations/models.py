@@ -48,6 +48,9 @@ class Operation(models.Model):
     step = models.CharField(max_length=100, help_text="The job step this call belongs to; a retry reuses it.")
     provider = models.CharField(max_length=100)
     kind = models.CharField(max_length=50, help_text="What the call does, e.g. email.send.")
+    # The job's action when the intent was recorded: effect limits count per
+    # (tenant, action) over a rolling window (operation_effect_limit index).
+    action = models.CharField(max_length=100, blank=True, default="", db_default="")
     request_digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical JSON request.")
     request = models.JSONField(help_text="The request as sent, without secrets.")
     state = models.CharField(max_length=24, choices=OperationState.choices, default=OperationState.INTENDED)
@@ -66,6 +69,9 @@ class Operation(models.Model):
         indexes = [
             # Serves the operator's lists (operations to investigate or reconcile).
             models.Index(fields=["state", "tenant"], name="operation_state_tenant"),
+            # An effect limit's count: this tenant's intents of one action
+            # since the window began, newest first (operations.limits).
+            models.Index(fields=["tenant", "action", "created_at"], name="operation_effect_limit"),
         ]
         permissions = [
             ("decide_operation", "Can decide operations in doubt and clear connector pauses"),
@@ -157,3 +163,51 @@ class ConnectorPause(models.Model):
     def __str__(self):
         status = "active" if self.active else "cleared"
         return f"{self.provider} for {self.tenant} ({status})"
+
+
+class ActionLimit(models.Model):
+    """What one tenant lets one action do to the outside world: at most
+    `max_effects` new operations per rolling `window_seconds` (none: no
+    limit), or nothing at all while `paused`. Checked where every operation
+    is dispatched (`operations.protocol`), so no path goes around it; a job
+    over the limit or held by the pause waits, visibly, and is never
+    dropped. The row is also the lock that makes concurrent workers count
+    one at a time."""
+
+    tenant = models.CharField(max_length=64)
+    action = models.CharField(max_length=100)
+    max_effects = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="New operations per window; empty: no limit.")
+    window_seconds = models.PositiveIntegerField(default=24 * 3600)
+    paused = models.BooleanField(default=False)
+    paused_reason = models.TextField(blank=True, default="")
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "action"], name="action_limit_unique")]
+        permissions = [("manage_action_limit", "Can set an action's effect limit and pause or resume it")]
+
+    def __str__(self):
+        limit = f"{self.max_effects} per {self.window_seconds}s" if self.max_effects is not None else "no limit"
+        return f"{self.action} for {self.tenant}: {limit}{' (paused)' if self.paused else ''}"
+
+
+class DispatchHold(models.Model):
+    """A job whose dispatch a pause holds back (`cause`: "action:<name>", or
+    the cause a registered dispatch guard names, e.g. an agent's): lifting
+    that pause resumes it at once (`operations.limits.dispatch_holds_release`);
+    until then the job waits, re-checking now and then."""
+
+    tenant = models.CharField(max_length=64)
+    job_key = models.CharField(max_length=200)
+    cause = models.CharField(max_length=200)
+    reason = models.TextField()
+    held_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "job_key"], name="dispatch_hold_one_per_job")]
+        indexes = [models.Index(fields=["tenant", "cause"], name="dispatch_hold_cause")]
+
+    def __str__(self):
+        return f"{self.tenant}/{self.job_key} held by {self.cause}"

@@ -24,10 +24,14 @@ The job's lease fences the job table, not the provider (DESIGN §6). So:
    an operator. Nothing is ever resent blind.
 4. The same step asked to send a different request is `DigestMismatch`:
    nothing is sent.
+5. A new intent is recorded only when the tenant's limits and pauses for the
+   job's action allow it (`operations.limits.dispatch_gate`, under the same
+   fence): otherwise the job waits (`Deferred`) and nothing is sent.
 
 Failures are raised as the engine's handler errors, so the retry policy
 decides what happens to the job: `TransientError` (retry; the retry
-reconciles), `PermanentError` (→ WAITING_REVIEW), `AuthError`/`ConnectorPaused`
+reconciles), `Deferred` (a limit or a pause: the job waits, its attempt
+handed back), `PermanentError` (→ WAITING_REVIEW), `AuthError`/`ConnectorPaused`
 (→ NEEDS_ATTENTION, never looped), `NeedsAttention`/`DigestMismatch`
 (→ NEEDS_ATTENTION). A moved fence raises `jobs.errors.Conflict` and nothing
 is recorded; the new lease holder reconciles.
@@ -63,6 +67,7 @@ from jobs.errors import AuthError, NeedsAttention, PermanentError, TransientErro
 
 from .digest import request_digest
 from .errors import ConnectorPaused, DigestMismatch
+from .limits import dispatch_gate
 from .models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
 from .states import operation_transition
 
@@ -103,7 +108,8 @@ def operation_perform(
     returns its receipt without any I/O. `request` is stored as is, so it must
     not contain secrets (credentials belong to the connector).
 
-    Raises `TransientError` (retry later; the retry reconciles first),
+    Raises `Deferred` (a limit or a pause holds the new intent back; the job
+    waits), `TransientError` (retry later; the retry reconciles first),
     `PermanentError` (the provider rejected the request, or the provider name
     is unknown), `AuthError` (credentials refused; the connector is now paused
     for the tenant), `ConnectorPaused`, `NeedsAttention` (the outcome cannot be
@@ -164,8 +170,13 @@ def _begin(ctx: JobContext, *, step: str, provider: str, kind: str, request: dic
         if pause is not None:
             return _Plan(error=ConnectorPaused(_paused_reason(pause)))
         if operation is None:
+            # A new effect: limits and pauses decide first (operations.limits;
+            # the limit's row lock is taken after the fence's).
+            deferred = dispatch_gate(job)
+            if deferred is not None:
+                return _Plan(error=deferred)
             operation = Operation.objects.create(
-                tenant=ctx.tenant, job=job, step=step, provider=provider, kind=kind,
+                tenant=ctx.tenant, job=job, step=step, provider=provider, kind=kind, action=job.action,
                 request_digest=digest, request=request, state=S.INTENDED,
                 attempts=1, last_dispatched_at=now,
             )

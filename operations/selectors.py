@@ -51,3 +51,9 @@ def operations_in_doubt_count(tenants: list[str] | None = None) -> int:
     if tenants is not None:
         rows = rows.filter(tenant__in=tenants)
     return rows.count()
+
+
+def receipts_for_job(job_id: int) -> list[Receipt]:
+    """The receipts of a job's operations, oldest first (constraint
+    `operation_one_per_job_step` finds the job's operations)."""
+    return list(Receipt.objects.filter(operation__job_id=job_id).select_related("operation").order_by("created_at"))

@@ -41,6 +41,7 @@ def test_check_deploy_is_clean_in_production_mode():
     ({"PROVIDER_API_KEY": ""}, "PROVIDER_API_KEY must be set"),
     ({"PROVIDER_URL": "http://mail.example.com"}, "PROVIDER_URL must be an https URL"),
     ({"SECRET_KEY": ""}, "SECRET_KEY must be set"),
+    ({"GATEWAY_CALLBACK_ALLOW_PRIVATE": "1"}, "GATEWAY_CALLBACK_ALLOW_PRIVATE=1 is refused"),
 ])
 def test_production_mode_refuses_unsafe_configuration(change, refusal):
     result = manage("check", **{**PRODUCTION_ENV, **change})

@@ -271,6 +271,56 @@ MUTANTS: list[Mutant] = [
     Mutant("probe-details-need-token", "an anonymous probe learns only ok or not ok", (
         Edit("jobs/monitoring.py", "    if _bearer_ok(request) or _staff_session(request):", "    if True:"),),
         ("tests/jobs/test_monitoring.py",)),
+    # The agent gateway (DESIGN §15).
+    Mutant("effect-limit-lock", "concurrent workers count an effect limit one at a time (the limit's row lock)", (
+        Edit("operations/limits.py",
+             "    limit = ActionLimit.objects.select_for_update().filter(tenant=job.tenant, action=job.action).first()",
+             "    limit = ActionLimit.objects.filter(tenant=job.tenant, action=job.action).first()"),),
+        ("tests/operations/test_limits.py::test_concurrent_workers_send_exactly_the_limit_and_the_rest_wait",),
+        postgres=True),
+    Mutant("effect-limit-checked", "a new intent over its tenant's effect limit waits instead of being sent", (
+        Edit("operations/limits.py", "        if full_since is not None:", "        if False:"),),
+        ("tests/operations/test_limits.py",)),
+    Mutant("deferred-hands-back-attempt", "waiting on a limit or a pause uses up no attempt", (
+        Edit("jobs/worker.py", "                                                      hand_back_attempt=True), \"waiting\")",
+             "                                                      hand_back_attempt=False), \"waiting\")"),),
+        ("tests/jobs/test_worker.py::test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_when_due",)),
+    Mutant("paused-agent-holds", "a paused agent's jobs are held at dispatch", (
+        Edit("gateway/services.py", "    if row is None or not row.agent.paused:", "    if True:"),),
+        ("tests/gateway/test_acceptance.py::test_pausing_an_agent_holds_its_undispatched_jobs_and_resuming_sends_them_once",)),
+    Mutant("key-revocation", "a revoked API key answers 401", (
+        Edit("gateway/services.py",
+             "    if key is None or key.revoked_at is not None or not secret_matches(secret, key.secret_hash):",
+             "    if key is None or not secret_matches(secret, key.secret_hash):"),),
+        ("tests/gateway/test_api.py::test_a_revoked_key_is_401_and_the_agents_other_keys_still_work",)),
+    Mutant("key-secret-checked", "a key whose secret does not match its prefix's hash answers 401", (
+        Edit("gateway/services.py",
+             "    if key is None or key.revoked_at is not None or not secret_matches(secret, key.secret_hash):",
+             "    if key is None or key.revoked_at is not None:"),),
+        ("tests/gateway/test_api.py::test_a_known_prefix_with_another_secret_is_401",)),
+    Mutant("proposal-conflict", "the same key with other content is a conflict, never the old proposal", (
+        Edit("gateway/services.py", "    return job.action == action and original == payload", "    return True"),),
+        ("tests/gateway/test_api.py::test_the_same_key_with_other_content_is_a_conflict_and_changes_nothing",)),
+    Mutant("tenant-isolation", "another tenant's proposal reads 404", (
+        Edit("gateway/services.py",
+             "    job = job_by_key(tenant=agent.tenant.slug, key=key) if isinstance(key, str) and len(key) <= 200 else None",
+             "    job = job_by_key(tenant=AgentProposal.objects.filter(job_key=key).values_list('tenant', flat=True)"
+             ".first() or agent.tenant.slug, key=key)"),),
+        ("tests/gateway/test_api.py::test_another_tenants_key_reads_404_never_403_and_cannot_touch_the_tenants_keys",)),
+    Mutant("proposal-limit", "an agent over its proposal limit is refused 429", (
+        Edit("gateway/services.py", "            refusal = proposal_limit_refusal(agent, timezone.now())",
+             "            refusal = None"),),
+        ("tests/gateway/test_api.py::test_over_the_per_minute_limit_is_429_with_retry_after_and_a_repeat_is_not_counted",)),
+    Mutant("callback-once-per-event", "reading a proposal's history again makes no second callback", (
+        Edit("gateway/callbacks.py", "                watched.events_seen = row.id", "                pass"),
+         Edit("gateway/callbacks.py", '    return uuid.uuid5(EVENT_NAMESPACE, f"{tenant}\\n{key}\\n{history_id}\\n{type_}")',
+              "    return uuid.uuid4()")),
+        ("tests/gateway/test_callbacks.py::test_a_decision_and_the_outcome_reach_the_agent_signed_each_once",)),
+    Mutant("callback-address-checked", "a callback URL resolving to a non-public address is refused at delivery", (
+        Edit("connectors/webhook.py", "            if problem:", "            if False:",
+             after="        for address in addresses:"),),
+        ("tests/gateway/test_callbacks.py::test_a_callback_address_is_checked_when_delivering_not_only_when_saved",
+         "tests/connectors/test_webhook.py")),
 ]
 
 

@@ -61,6 +61,14 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     review = Job.objects.get(tenant="story", key="invoice-reminder-INV-0001")
     assert f"approve invoice-reminder-INV-0001 at http://127.0.0.1:8000/admin/console/jobs/{review.pk}/" in next_steps
     assert "manage.py run_worker" not in next_steps  # no simulator outlives a DEMO_SERVE=0 run
+    # An outside agent proposes over HTTP, a reviewer decides, its endpoint gets the signed callbacks.
+    assert "POST http://127.0.0.1:" in out and "→ 201: outside-agent-hello-1 is WAITING_REVIEW" in out
+    assert "the same POST again → 200, created: False" in out
+    assert "rejected it in the console's decision service" in out
+    for event in ("proposal.decided", "proposal.cancelled"):
+        assert f"the agent's endpoint received {event}" in out
+    assert "signature WRONG" not in out and "Idempotency-Key = event id: True" in out
+    assert "CANCELLED, decision reject by admin" in out
 
     # An existing user is never changed; the others get their memberships (C4).
     reviewer = User.objects.get(username="reviewer")

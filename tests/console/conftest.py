@@ -24,6 +24,8 @@ def ensure_roles():
 
     import_module("company.migrations.0002_console_roles").create_roles(apps, None)
     import_module("company.migrations.0004_quote_approval_permission").grant(apps, None)
+    import_module("operations.migrations.0003_operation_action_effect_limits").operators_manage_limits(apps, None)
+    import_module("gateway.migrations.0002_operators_manage_agents").grant(apps, None)
 
 
 @pytest.fixture

@@ -251,3 +251,18 @@ def test_a_failing_periodic_task_is_logged_and_the_worker_carries_on(store):
         periodic.unregister("test.broken")
     assert job("still-runs").state == "DONE"
     assert w.stats["task_errors"] >= 1
+
+
+def test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_when_due(store):
+    until = time.time() + 1.0
+    store.enqueue("studio", "held", action="test.deferred", payload={"until": until})
+    run_until_idle(worker_id="w1")
+    held = job("held")
+    assert held.state == "WAITING_EXTERNAL" and held.wait_reason == f"a window opens at {until}"
+    assert held.wake_at is not None and held.attempts == 0 and held.first_attempt_at is None
+    wait_for(lambda: time.time() > until + 0.1, timeout=5, what="the window to open")
+    run_until_idle(worker_id="w2")
+    done = job("held")
+    assert done.state == "DONE" and done.result == {"ran": True} and done.attempts == 1
+    kinds = list(done.events.values_list("kind", flat=True))
+    assert kinds == ["enqueue", "claim", "wait", "resume", "claim", "finish"]

@@ -102,3 +102,15 @@ def invoice_reminder(ctx):
             )
         return Wait.external("customer reply or payment reminder date", provider="sim")
     return {"woken_by": woken.actor, "detail": woken.detail}
+
+
+@action("test.deferred")
+def deferred_until(ctx):
+    """Held back (a limit's window, say) until `payload["until"]` (unix
+    seconds): it waits, handing its attempt back, then runs."""
+    from jobs.errors import Deferred
+
+    until = ctx.payload["until"]
+    if time.time() < until:
+        raise Deferred(f"a window opens at {until}", wake_at=until)
+    return {"ran": True}

@@ -19,17 +19,30 @@
    the browser really runs (`DEMO_SERVE=0`: no serving); the demo prints the
    exact command for a second worker beside it. Ctrl-C stops all of them.
 
+7. An outside agent (DESIGN §15): created with `agent_create`, it proposes
+   over the HTTP API of a real server (twice: idempotent), a reviewer
+   rejects it, and the agent's own endpoint receives the signed callbacks
+   `proposal.decided` and `proposal.cancelled` (before the admin is served).
+
 Each line is written as it happens, also into a pipe (`make demo | tee log`).
 """
 
 import io
+import hmac
+import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -60,6 +73,9 @@ from company.services import (
 )
 from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
+from jobs import access
+from jobs.inbound import signature_for
+from jobs.review import job_reject
 from jobs.models import InboundEvent, Job, Timer
 from jobs.outbox import outbox_relay
 from jobs.states import State
@@ -82,6 +98,65 @@ LEASE_TTL = 2.0
 # The worker behind the served admin, and any the user adds beside it:
 # answers from the stalling simulator are given up on after this long.
 READ_TIMEOUT = 0.5
+
+
+class _CallbackReceiver:
+    """The outside agent's own endpoint: checks each callback's signature with
+    the secret agent_create printed, and keeps what it received."""
+
+    def __init__(self):
+        self.events, self.secret = [], ""
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                expected = signature_for(secret=receiver.secret, timestamp=self.headers.get("X-Signature-Timestamp", ""),
+                                         body=body)
+                event = json.loads(body)
+                if event["id"] not in {e["id"] for e in receiver.events}:  # deduplicate by event id
+                    receiver.events.append({**event, "keyed": self.headers.get("Idempotency-Key") == event["id"],
+                                            "verified": hmac.compare_digest(expected, self.headers.get("X-Signature",
+                                                                                                        ""))})
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callbacks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _http_json(method: str, url: str, key: str, body: dict | None = None) -> tuple[int, dict]:
+    """What an outside agent does: JSON over HTTP with its bearer key."""
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
 
 
 def _interrupt(signum, frame):
@@ -141,6 +216,8 @@ class Command(BaseCommand):
                     **os.environ, "PYTHONUNBUFFERED": "1", **self.worker_env,
                     "INBOUND_WEBHOOK_SECRETS": f"{REPLY_PROVIDER}={self.secret}",
                     "INBOUND_PROVIDER_TENANTS": f"{REPLY_PROVIDER}={self.tenant_slug}",
+                    # The outside agent's callback receiver listens on 127.0.0.1 (development only).
+                    "GATEWAY_CALLBACK_ALLOW_PRIVATE": "1", "GATEWAY_CALLBACK_REQUIRE_HTTPS": "0",
                 }
                 users = self._story(simulator, opts, password)
                 self.stdout.write(f"\nthe story took {time.monotonic() - started:.0f}s")
@@ -212,6 +289,7 @@ class Command(BaseCommand):
         if second.poll() is not None:
             raise CommandError(f"demo-worker-2 exited with status {second.returncode}")
         self._report(simulator, users, password)
+        self._outside_agent_story()
         return users
 
     def _install_schedules(self) -> None:
@@ -225,6 +303,69 @@ class Command(BaseCommand):
         said = "; ".join(filter(None, [f"created {', '.join(created)}" if created else "",
                                        f"already installed: {', '.join(kept)}" if kept else ""]))
         self.stdout.write(f"   calendar (django-q2, `install_schedules`): {said} — `make calendar` runs them")
+
+    # ------------------------------------------------------------ the outside agent (DESIGN §15)
+
+    def _outside_agent_story(self) -> None:
+        """An agent outside the process: created with `agent_create` (its key
+        and callback secret printed once), it proposes over the HTTP API of a
+        real server, a reviewer decides in the console's service, and the
+        agent's own endpoint receives the signed callbacks. The proposal is
+        rejected, so no email leaves and the provider's count above stays true."""
+        w = self.stdout.write
+        slug = self.tenant_slug
+        settings.GATEWAY_CALLBACK_ALLOW_PRIVATE, settings.GATEWAY_CALLBACK_REQUIRE_HTTPS = True, False
+        receiver = _CallbackReceiver()
+        created = StringIO()
+        try:
+            call_command("agent_create", tenant=slug, name="outside-agent", callback_url=receiver.url,
+                         actions="connectors.send_email", stdout=created)
+        except CommandError as exc:
+            w(f"\nOutside agent: not created ({exc})")
+            receiver.stop()
+            return
+        lines = created.getvalue().splitlines()
+        key = lines[-1]
+        receiver.secret = next(line.split(": ", 1)[1] for line in lines if line.startswith("callback secret: "))
+        prefix = key.split("_")[1]
+        w(f"\nOutside agent: manage.py agent_create made agent outside-agent of {slug} with key {prefix} (printed "
+          f"once, last line) and callbacks to {receiver.url}")
+        port = _free_port()
+        server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}",
+                                   "--noreload"], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        self.children.append(server)
+        api = f"http://127.0.0.1:{port}/api/v1"
+        self._wait(lambda: _answers(f"{api}/openapi.json"), "the API server", timeout=60)
+        proposal = {"action": "connectors.send_email", "key": "outside-agent-hello-1",
+                    "rationale": "the customer asked for a summary of their quotes",
+                    "payload": {"to": "grace@example.com", "subject": "Your quotes", "body": "Here they are."}}
+        status, body = _http_json("POST", f"{api}/proposals", key, proposal)
+        w(f"  POST {api}/proposals → {status}: {body.get('key')} is {body.get('state')} "
+          f"(the tenant's policy sends it to a reviewer: needs_review={body.get('needs_review')})")
+        status, again = _http_json("POST", f"{api}/proposals", key, proposal)
+        w(f"  the same POST again → {status}, created: {again.get('created')} (idempotent by business key)")
+        job = self._job(proposal["key"])
+        note = "we send summaries by post this month"
+        # The reviewer's decision, through the console's own service (permission, role, history, LogEntry).
+        deciders = [u for u in get_user_model().objects.filter(username__in=["reviewer", "admin"]).order_by("-username")
+                    if access.may(u, "reject", job)]
+        if deciders:
+            job_reject(job_id=job.pk, user=deciders[0], note=note, seen_event=None)
+            w(f"  {deciders[0].username} rejected it in the console's decision service: \"{note}\"")
+        else:
+            Store().reject(slug, job.key, reason=note, actor="demo reviewer")
+            w(f"  rejected (no demo user may decide here): \"{note}\"")
+        self._wait(lambda: len(receiver.events) >= 2, "the outside agent's callbacks", timeout=60)
+        for event in receiver.events:
+            w(f"  the agent's endpoint received {event['type']} (event {event['id'][:8]}…, signature "
+              f"{'verified' if event['verified'] else 'WRONG'}, Idempotency-Key = event id: {event['keyed']})")
+        status, read = _http_json("GET", f"{api}/proposals/{proposal['key']}", key)
+        decision = read.get("decision") or {}
+        w(f"  GET {api}/proposals/{proposal['key']} → {status}: {read.get('state')}, decision "
+          f"{decision.get('decision')} by {decision.get('by')}")
+        server.terminate()
+        receiver.stop()
 
     def _change_invoices(self, tenant) -> None:
         invoices = {i.number: i for i in Invoice.objects.filter(tenant=tenant)}

@@ -1,0 +1,237 @@
+"""The agent gateway's figures (`manage.py bench_gateway`):
+
+1. Proposal API latency (p50, p99) and requests per second with concurrent
+   clients, against a real server — `manage.py runserver` (threaded) on
+   127.0.0.1 on a free port, started here — each client a thread with its
+   own keep-alive connection, each POST a new proposal (auth, validation,
+   the agent's row lock and limit counts, proposal_submit, the job), then
+   the same for GET of a proposal.
+2. The cost of a limit check with `--operations` (default 1,000,000)
+   operations in the table: the effect limit's count (`operations.limits.
+   effects_in_window`) and the proposal limit's, each with its EXPLAIN and
+   its mean time over repeated calls.
+
+It touches only its own tenant `bench-gateway` and removes its rows after.
+"""
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from company.models import Proposal, Tenant
+from company.services import tenant_ensure
+from gateway.models import Agent, AgentProposal
+from gateway.services import agent_create, proposal_limit_refusal
+from jobs.models import Job
+from operations.limits import window_full_since
+from operations.models import ActionLimit, Operation
+
+from .bench import database_url, percentile
+from .bench_common import delete_tenants, table
+
+TENANT = "bench-gateway"
+ACTION = "connectors.send_email"
+EMAIL = {"to": "bench@example.com", "subject": "Bench", "body": "A proposal of the benchmark."}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class ApiFigures:
+    what: str
+    clients: int
+    requests: int
+    p50_ms: float
+    p99_ms: float
+    per_second: float
+    statuses: dict
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`manage.py runserver --noreload` on 127.0.0.1, on this database."""
+
+    def __init__(self):
+        import os
+
+        self.port = _free_port()
+        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
+                                         f"127.0.0.1:{self.port}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("the server did not start within 60 s")
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def _client_run(port: int, key: str, requests: list[tuple[str, str, bytes | None]], latencies: list, statuses: dict,
+                lock: threading.Lock, start: threading.Event):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    start.wait()
+    for method, path, body in requests:
+        began = time.perf_counter()
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        elapsed = (time.perf_counter() - began) * 1000
+        with lock:
+            latencies.append(elapsed)
+            statuses[response.status] = statuses.get(response.status, 0) + 1
+    conn.close()
+
+
+def _measure(port: int, key: str, what: str, per_client: list[list[tuple[str, str, bytes | None]]]) -> ApiFigures:
+    latencies, statuses, lock, start = [], {}, threading.Lock(), threading.Event()
+    threads = [threading.Thread(target=_client_run, args=(port, key, requests, latencies, statuses, lock, start))
+               for requests in per_client]
+    for t in threads:
+        t.start()
+    began = time.perf_counter()
+    start.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - began
+    return ApiFigures(what, len(per_client), len(latencies), percentile(latencies, 50), percentile(latencies, 99),
+                      len(latencies) / elapsed, statuses)
+
+
+def api_figures(*, clients: int, requests: int, run: str) -> list[ApiFigures]:
+    """POST then GET figures with `clients` concurrent clients, `requests` each."""
+    tenant = tenant_ensure(slug=TENANT)
+    agent, issued = agent_create(tenant=tenant, name=f"bench-{run}", actor="bench",
+                                 proposals_per_minute=10**9, proposals_per_day=10**9)
+    server = Server()
+    try:
+        # Warm-up: the server's first requests import and connect.
+        _measure(server.port, issued.key, "warm-up", [[("GET", "/api/v1/actions", None)] * 5])
+
+        def post(c: int, n: int):
+            body = {"action": ACTION, "key": f"bench-{run}-{c}-{n}", "rationale": "benchmark", "payload": EMAIL}
+            return ("POST", "/api/v1/proposals", json.dumps(body).encode())
+
+        posts = _measure(server.port, issued.key, "POST /api/v1/proposals (new)",
+                         [[post(c, n) for n in range(requests)] for c in range(clients)])
+        gets = _measure(server.port, issued.key, "GET /api/v1/proposals/{key}",
+                        [[("GET", f"/api/v1/proposals/bench-{run}-{c}-{n}", None) for n in range(requests)]
+                         for c in range(clients)])
+        repeats = _measure(server.port, issued.key, "POST again (idempotent, 200)",
+                           [[post(c, n) for n in range(requests)] for c in range(clients)])
+    finally:
+        server.stop()
+    return [posts, gets, repeats]
+
+
+# ---------------------------------------------------------------- the limit checks
+
+
+def _bulk_operations(job_id: int, rows: int) -> None:
+    """`rows` operations of the bench tenant, spread over the last 30 days."""
+    table_name = Operation._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"""INSERT INTO {table_name} (id, tenant, job_id, step, provider, kind, action, request_digest,
+                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at)
+                    SELECT gen_random_uuid(), %s, %s, 's' || g, 'sim-idempotent', 'email.send',
+                        CASE WHEN g %% 2 = 0 THEN %s ELSE 'company.send_quote' END, '', '{{}}', 'ACCEPTED', 1,
+                        now(), '', now() - (g %% 2592000) * interval '1 second', now()
+                    FROM generate_series(1, %s) AS g""", [TENANT, job_id, ACTION, rows])
+            cursor.execute(f"ANALYZE {table_name}")
+        else:
+            cursor.execute(
+                f"""WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %s)
+                    INSERT INTO {table_name} (id, tenant, job_id, step, provider, kind, action, request_digest,
+                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at)
+                    SELECT lower(hex(randomblob(16))), %s, %s, 's' || n, 'sim-idempotent', 'email.send',
+                        CASE WHEN n %% 2 = 0 THEN %s ELSE 'company.send_quote' END, '', '{{}}', 'ACCEPTED', 1,
+                        datetime('now'), '', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-' || (n %% 2592000) || ' seconds'),
+                        datetime('now')
+                    FROM g""", [rows, TENANT, job_id, ACTION])
+
+
+def _explain(queryset) -> str:
+    sql, params = queryset.query.sql_with_params()
+    prefix = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)" if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN"
+    with connection.cursor() as cursor:
+        cursor.execute(f"{prefix} {sql}", params)
+        return "\n".join("    " + " ".join(str(c) for c in row) for row in cursor.fetchall())
+
+
+def _mean_ms(call, repeat: int) -> float:
+    began = time.perf_counter()
+    for _ in range(repeat):
+        call()
+    return (time.perf_counter() - began) * 1000 / repeat
+
+
+def limit_figures(*, operations: int, repeat: int, progress) -> list[str]:
+    from jobs.store import Store
+
+    job = Store().enqueue(TENANT, "bench-gateway-ops", action=ACTION, payload=EMAIL)
+    progress(f"loading {operations:,} operations …")
+    began = time.perf_counter()
+    _bulk_operations(job.pk, operations)
+    progress(f"loaded in {time.perf_counter() - began:.1f} s")
+    lines = [f"Limit checks with {Operation.objects.filter(tenant=TENANT).count():,} operations of the tenant "
+             f"({Operation.objects.count():,} in the table), {repeat} calls each:"]
+    now = timezone.now()
+    rows = []
+    for limit_value in (100, 1000, 10000):
+        limit = ActionLimit(tenant=TENANT, action=ACTION, max_effects=limit_value, window_seconds=86400)
+        full = window_full_since(limit, now=now) is not None
+        rows.append([f"effect limit {limit_value:,}/24 h", "full" if full else "room",
+                     f"{_mean_ms(lambda: window_full_since(limit, now=now), repeat):.3f}"])
+    agent = Agent.objects.filter(tenant__slug=TENANT).first()
+    rows.append(["proposal limits (minute + day)", "—", f"{_mean_ms(lambda: proposal_limit_refusal(agent, now), repeat):.3f}"])
+    lines += table(["check", "window", "mean ms"], rows)
+    limit = ActionLimit(tenant=TENANT, action=ACTION, max_effects=1000, window_seconds=86400)
+    since = now - timedelta(seconds=limit.window_seconds)
+    query = (Operation.objects.filter(tenant=TENANT, action=ACTION, created_at__gt=since)
+             .order_by("-created_at").values_list("created_at", flat=True)[999:1000])
+    lines += ["", "  EXPLAIN of the effect limit's count (1,000/24 h):", _explain(query)]
+    return lines
+
+
+def cleanup() -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Operation._meta.db_table} WHERE tenant = %s", [TENANT])
+    AgentProposal.objects.filter(tenant=TENANT).delete()
+    Agent.objects.filter(tenant__slug=TENANT).delete()
+    Proposal.objects.filter(tenant__slug=TENANT).delete()
+    delete_tenants([TENANT])
+    Tenant.objects.filter(slug=TENANT).delete()
+    assert not Job.objects.filter(tenant=TENANT).exists()
+
+
+def render_api(figures: list[ApiFigures]) -> list[str]:
+    return table(["request", "clients", "requests", "p50 ms", "p99 ms", "req/s", "statuses"],
+                 [[f.what, f.clients, f.requests, f"{f.p50_ms:.1f}", f"{f.p99_ms:.1f}", f"{f.per_second:.0f}",
+                   " ".join(f"{k}×{v}" for k, v in sorted(f.statuses.items()))] for f in figures])

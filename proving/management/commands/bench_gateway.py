@@ -1,0 +1,39 @@
+"""`manage.py bench_gateway`: the agent gateway's figures (see proving/bench_gateway.py)."""
+
+import uuid
+
+from django.core.management.base import BaseCommand
+
+from proving import bench_gateway
+
+
+class Command(BaseCommand):
+    help = ("Proposal API latency (p50/p99) and requests/s with concurrent clients against a real server "
+            "(runserver on 127.0.0.1), and the cost of the limit checks with --operations operations in the "
+            "table (EXPLAIN and mean time). Touches only tenant bench-gateway and removes its rows after.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--clients", type=int, default=8, help="Concurrent clients (default 8).")
+        parser.add_argument("--requests", type=int, default=100, help="Requests per client and kind (default 100).")
+        parser.add_argument("--operations", type=int, default=1_000_000,
+                            help="Operations loaded for the limit check (default 1,000,000).")
+        parser.add_argument("--repeat", type=int, default=200, help="Calls per limit check timing (default 200).")
+        parser.add_argument("--quick", action="store_true", help="Small sizes: 4 clients × 25, 100,000 operations.")
+
+    def handle(self, *args, **options):
+        if options["quick"]:
+            options.update(clients=4, requests=25, operations=100_000, repeat=50)
+        say = lambda text: self.stderr.write(text)  # noqa: E731 - progress on stderr, figures on stdout
+        bench_gateway.cleanup()
+        try:
+            say(f"API: {options['clients']} clients × {options['requests']} requests …")
+            figures = bench_gateway.api_figures(clients=options["clients"], requests=options["requests"],
+                                                run=uuid.uuid4().hex[:6])
+            lines = ["Agent gateway — proposal API against runserver on 127.0.0.1 "
+                     f"({'PostgreSQL' if bench_gateway.connection.vendor == 'postgresql' else 'SQLite'}):",
+                     *bench_gateway.render_api(figures), ""]
+            lines += bench_gateway.limit_figures(operations=options["operations"], repeat=options["repeat"],
+                                                 progress=say)
+            self.stdout.write("\n".join(lines))
+        finally:
+            bench_gateway.cleanup()

@@ -1,0 +1,25 @@
+"""`manage.py bench_gateway` runs against a real server and cleans up after
+itself (its figures are printed, never asserted)."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from company.models import Tenant
+from gateway.models import Agent
+from jobs.models import Job
+from operations.models import Operation
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_gateway_prints_its_figures_and_leaves_nothing_behind():
+    out = StringIO()
+    call_command("bench_gateway", clients=2, requests=3, operations=2000, repeat=2, stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "POST /api/v1/proposals (new)" in text and "201×6" in text
+    assert "GET /api/v1/proposals/{key}" in text and "200×6" in text
+    assert "effect limit 1,000/24 h" in text and "EXPLAIN" in text
+    assert not Job.objects.filter(tenant="bench-gateway").exists()
+    assert not Operation.objects.filter(tenant="bench-gateway").exists()
+    assert not Agent.objects.exists() and not Tenant.objects.filter(slug="bench-gateway").exists()
