@@ -390,15 +390,18 @@ class Store:
         written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=_finishes(done))
         return [job for job, _ in done if job.id not in written]
 
-    def recorded_by(self, worker_id: str, jobs: list[Job], kind: str = "finish") -> dict[int, str]:
+    def recorded_by(self, worker_id: str, jobs: list[Job], kind: str | tuple[str, ...] = "finish") -> dict[int, str]:
         """Of `jobs` (as claimed), those whose outcome of `kind` (`finish`,
-        `wait`, `fail`) `worker_id` itself recorded under the epoch it
-        claimed them with, and the state each went to: the write is in their
-        history. How a worker whose connection broke mid-write learns that
-        the write went in after all (a lease's epoch is taken by one claim
-        only, so no other writer can have recorded that outcome)."""
+        `wait`, `fail`, or a tuple of them) `worker_id` itself recorded under
+        the epoch it claimed them with, and the state each went to: the
+        write is in their history. How a worker whose connection broke
+        mid-write learns that the write went in after all, and a renewal
+        that hit `Conflict` that the fence moved by the worker's own outcome
+        (a lease's epoch is taken by one claim only, so no other writer can
+        have recorded that outcome)."""
         epochs = {job.id: job.lease_epoch for job in jobs}
-        recorded = JobEvent.objects.filter(job_id__in=epochs, kind=kind, worker_id=worker_id)
+        kinds = (kind,) if isinstance(kind, str) else kind
+        recorded = JobEvent.objects.filter(job_id__in=epochs, kind__in=kinds, worker_id=worker_id)
         return {job_id: to_state for job_id, epoch, to_state in recorded.values_list("job_id", "epoch", "to_state")
                 if epochs[job_id] == epoch}
 

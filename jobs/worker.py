@@ -5,7 +5,9 @@ run its handler, record the outcome under the fence and claim the next.
 Around them it:
 - renews each running job's lease every ttl/3 — only while the handler is
   alive and within its action's timeout; a renewal that hits `Conflict` sets
-  the handler's cancellation flag, and nothing that handler returns is written;
+  the handler's cancellation flag, and nothing that handler returns is
+  written — unless the fence moved by the job's own outcome, which its slot
+  wrote meanwhile (not a loss);
 - sweeps expired leases (`recover_expired`), wakes due waits and runs the
   registered periodic tasks (timers, outbox relay) on a bounded budget;
 - sleeps when idle until a PostgreSQL NOTIFY or the poll interval (with
@@ -48,6 +50,7 @@ log = logging.getLogger("jobs.worker")
 # The history event each outcome counter's write records (`_settle`); every
 # other outcome is a `fail`.
 _KINDS = {"done": "finish", "waiting": "wait"}
+OUTCOME_KINDS = ("finish", "wait", "fail")
 
 
 def default_worker_id() -> str:
@@ -649,9 +652,17 @@ class Worker:
             return
         try:
             self.store.renew(r.ctx.tenant, r.ctx.key, cfg.worker_id, r.ctx.epoch, ttl=cfg.lease_ttl)
-        except (Conflict, JobNotFound) as exc:
-            # Taken over, or gone (deleted by an operator): either way the
-            # handler's result must not be written.
+        except Conflict as exc:
+            # This renewal's copy of the running jobs was taken before the
+            # slot wrote the job's outcome: a fence that moved because of the
+            # worker's own finish (or wait, or failure) is not a lost lease.
+            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):
+                return
+            # Taken over: the handler's result must not be written.
+            r.ctx.cancelled.set()
+            self._lost(r.ctx.job, _describe(exc))
+        except JobNotFound as exc:
+            # Gone (deleted by an operator): nothing it returns may be written.
             r.ctx.cancelled.set()
             self._lost(r.ctx.job, _describe(exc))
 

@@ -7,6 +7,7 @@ recovered). In-process workers on the real database; a failing write is
 refused by the database itself (a trigger), and a reply lost after the commit
 is a real commit followed by a connection error."""
 
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from jobs.models import Job
 from jobs.states import State
 from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -343,3 +345,52 @@ def test_recorded_by_names_only_that_worker_s_outcomes_of_that_kind_under_that_e
     q1.lease_epoch = 2
     assert store.recorded_by("w1", [q1], "finish") == {}  # another claim of the job
     assert store.recorded_by("w1", [], "finish") == {}
+
+
+class RenewsAfterItsOwnOutcome(Store):
+    """The heartbeat race made certain: a renewal whose copy of the running
+    jobs was taken while the handler ran goes to the database only once the
+    handler's own outcome (`state`) has committed."""
+
+    def __init__(self, state: str):
+        super().__init__()
+        self.state, self.renewing, self.renewals = state, threading.Event(), 0
+
+    def renew(self, tenant, key, worker_id, epoch, **kwargs):
+        self.renewals += 1
+        self.renewing.set()
+        wait_for(lambda: Job.objects.filter(tenant=tenant, key=key, state=self.state).exists(),
+                 what=f"{key}'s own outcome ({self.state})")
+        return super().renew(tenant, key, worker_id, epoch, **kwargs)
+
+
+@action("test.outcome_while_renewed")
+def outcome_while_renewed(ctx):
+    """Returns (or fails) once the heartbeat has started renewing this job."""
+    assert ctx.store.renewing.wait(20), "the heartbeat never renewed the running job"
+    RUNS[ctx.key] += 1
+    if ctx.payload.get("outcome") == "wait":
+        return Wait(State.WAITING_EXTERNAL, reason="the customer's reply")
+    if ctx.payload.get("outcome") == "fail":
+        raise TransientError("the provider timed out", retry_after=600)
+    return {"ok": True}
+
+
+@pytest.mark.parametrize("outcome, state, counter", [("finish", "DONE", "done"), ("wait", "WAITING_EXTERNAL",
+                                                                                  "waiting"),
+                                                     ("fail", "READY", "retried")])
+def test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease(store, caplog, outcome, state, counter):
+    # Issue 20, item 6: the heartbeat copies the running jobs, then renews
+    # each; the slot's own finish committing in between makes that renewal
+    # hit Conflict — which is the worker's own outcome, not a lost lease.
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action="test.outcome_while_renewed", payload={"outcome": outcome})
+    racing = RenewsAfterItsOwnOutcome(state)
+
+    worker = run_until_idle(store=racing, lease_ttl=0.3)
+
+    assert racing.renewals >= 1
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, RUNS["q-1"]) == (state, 1, 1)
+    assert (worker.stats[counter], worker.stats["lost"]) == (1, 0)
+    assert not events(caplog, "job.fence_lost")
