@@ -44,6 +44,7 @@ from company.services import (
     tenant_policy_set,
 )
 from connectors.simulator_process import running_simulator
+from durable.numbers import whole_flag
 from jobs.models import InboundEvent, Job, Timer
 from jobs.outbox import outbox_relay
 from jobs.states import State
@@ -82,7 +83,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", default="demo", help="Tenant slug (default: demo).")
-        parser.add_argument("--port", type=int, default=8000, help="Port the admin is served on (default: 8000).")
+        parser.add_argument("--port", type=whole_flag(1, 65535), default=8000,
+                            help="Port the admin is served on (default: 8000).")
 
     def handle(self, *args, **opts):
         if getattr(settings, "PRODUCTION", False) or os.environ.get("DURABLE_PRODUCTION") == "1":

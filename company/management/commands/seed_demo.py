@@ -8,6 +8,8 @@ from decimal import Decimal
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from durable.numbers import whole_flag
+
 from company.models import Invoice, Quote
 from company.services import (
     QuoteStateError,
@@ -69,12 +71,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", default="demo", help="Tenant slug (default: demo).")
-        parser.add_argument("--quotes", type=int, default=3, help="Quotes to approve (default: 3).")
-        parser.add_argument("--invoices", type=int, default=4, help="Open invoices to issue (default: 4).")
+        parser.add_argument("--quotes", type=whole_flag(0, 9999), default=3,
+                            help="Quotes to approve, 0-9999 (default: 3).")
+        parser.add_argument("--invoices", type=whole_flag(0, 9999), default=4,
+                            help="Open invoices to issue, 0-9999 (default: 4).")
 
     def handle(self, *args, **opts):
-        if opts["quotes"] < 0 or opts["invoices"] < 0:
-            raise CommandError("--quotes and --invoices must be 0 or more")
         try:
             result = seed(tenant_slug=opts["tenant"], quotes=opts["quotes"], invoices=opts["invoices"])
         except QuoteStateError as exc:
