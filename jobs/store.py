@@ -139,6 +139,7 @@ class Store:
         Safe under concurrency: the unique constraint decides the race and the
         loser returns the winner's job. Joins the caller's transaction when
         there is one (a business change and its job commit together).
+        `enqueue_once` also says whether this call created it.
 
         `actor`, `reason` and `detail` go into the creation event (who asked
         for this work and why: a proposal's rationale). With `review` the job
@@ -150,13 +151,41 @@ class Store:
         an over-long tenant/key/action, `max_attempts` below 1 …); nothing is
         written then.
         """
+        return self.enqueue_once(tenant, key, action=action, payload=payload, priority=priority, run_at=run_at,
+                                 max_attempts=max_attempts, subject_type=subject_type, subject_id=subject_id,
+                                 subject_version=subject_version, actor=actor, reason=reason, detail=detail,
+                                 review=review, now=now)[0]
+
+    def enqueue_once(
+        self,
+        tenant: str,
+        key: str,
+        *,
+        action: str = "jobs.noop",
+        payload: dict | None = None,
+        priority: int = 0,
+        run_at=None,
+        max_attempts: int | None = None,
+        subject_type: str = "",
+        subject_id: str = "",
+        subject_version: int | None = None,
+        actor: str = "",
+        reason: str = "",
+        detail: dict | None = None,
+        review: str | None = None,
+        now=None,
+    ) -> tuple[Job, bool]:
+        """`enqueue`, returning `(job, created)`: `created` is true only for
+        the call whose insert made the job — not when the key existed, nor
+        when another process created it between this call's read and its
+        insert (that process's job is returned). Same errors as `enqueue`."""
         checked = job_validate(tenant=tenant, key=key, action=action, payload=payload, priority=priority,
                                run_at=run_at, max_attempts=max_attempts,
                                default_max_attempts=retry_policy(action).max_attempts, subject_type=subject_type,
                                subject_id=subject_id, subject_version=subject_version)
         existing = Job.objects.filter(tenant=tenant, key=key).first()
         if existing is not None:
-            return existing
+            return existing, False
         clock = Clock.of(now)
         state = State.WAITING_REVIEW if review is not None else State.READY
         try:
@@ -181,8 +210,8 @@ class Store:
                     notify.job_ready()
         except IntegrityError:
             # Another process created the same key between our read and insert.
-            return Job.objects.get(tenant=tenant, key=key)
-        return job
+            return Job.objects.get(tenant=tenant, key=key), False
+        return job, True
 
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
         """Insert many jobs with one INSERT … ON CONFLICT DO NOTHING (per 4,000
