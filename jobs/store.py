@@ -113,48 +113,11 @@ class Store:
 
     # ------------------------------------------------------------ enqueue
 
-    def enqueue(
-        self,
-        tenant: str,
-        key: str,
-        *,
-        action: str = "jobs.noop",
-        payload: dict | None = None,
-        priority: int = 0,
-        run_at=None,
-        max_attempts: int | None = None,
-        subject_type: str = "",
-        subject_id: str = "",
-        subject_version: int | None = None,
-        actor: str = "",
-        reason: str = "",
-        detail: dict | None = None,
-        review: str | None = None,
-        now=None,
-    ) -> Job:
-        """Create the obligation `(tenant, key)` once and return it.
-
-        Idempotent: when the key exists, the existing job is returned
-        unchanged and nothing is written, so a repeated trigger is harmless.
-        Safe under concurrency: the unique constraint decides the race and the
-        loser returns the winner's job. Joins the caller's transaction when
-        there is one (a business change and its job commit together).
-        `enqueue_once` also says whether this call created it.
-
-        `actor`, `reason` and `detail` go into the creation event (who asked
-        for this work and why: a proposal's rationale). With `review` the job
-        is created in WAITING_REVIEW with `review` as its wait reason, so it
-        cannot run before a reviewer resumes it.
-
-        Raises `ValueError` naming the field for input the engine refuses
-        (`validation.job_validate`: non-strict JSON or an oversized payload,
-        an over-long tenant/key/action, `max_attempts` below 1 …); nothing is
-        written then.
-        """
-        return self.enqueue_once(tenant, key, action=action, payload=payload, priority=priority, run_at=run_at,
-                                 max_attempts=max_attempts, subject_type=subject_type, subject_id=subject_id,
-                                 subject_version=subject_version, actor=actor, reason=reason, detail=detail,
-                                 review=review, now=now)[0]
+    def enqueue(self, tenant: str, key: str, **options) -> Job:
+        """Create the obligation `(tenant, key)` once and return it — the job
+        of `enqueue_once`, which takes the same arguments and says whether
+        this call created it."""
+        return self.enqueue_once(tenant, key, **options)[0]
 
     def enqueue_once(
         self,
@@ -175,10 +138,27 @@ class Store:
         review: str | None = None,
         now=None,
     ) -> tuple[Job, bool]:
-        """`enqueue`, returning `(job, created)`: `created` is true only for
-        the call whose insert made the job — not when the key existed, nor
-        when another process created it between this call's read and its
-        insert (that process's job is returned). Same errors as `enqueue`."""
+        """Create the obligation `(tenant, key)` once; return `(job, created)`.
+
+        Idempotent: when the key exists, the existing job is returned
+        unchanged and nothing is written, so a repeated trigger is harmless.
+        Safe under concurrency: the unique constraint decides the race and the
+        loser returns the winner's job. `created` is true only for the call
+        whose insert made the job — not when the key existed, nor when
+        another process created it between this call's read and its insert.
+        Joins the caller's transaction when there is one (a business change
+        and its job commit together).
+
+        `actor`, `reason` and `detail` go into the creation event (who asked
+        for this work and why: a proposal's rationale). With `review` the job
+        is created in WAITING_REVIEW with `review` as its wait reason, so it
+        cannot run before a reviewer resumes it.
+
+        Raises `ValueError` naming the field for input the engine refuses
+        (`validation.job_validate`: non-strict JSON or an oversized payload,
+        an over-long tenant/key/action, `max_attempts` below 1 …); nothing is
+        written then.
+        """
         checked = job_validate(tenant=tenant, key=key, action=action, payload=payload, priority=priority,
                                run_at=run_at, max_attempts=max_attempts,
                                default_max_attempts=retry_policy(action).max_attempts, subject_type=subject_type,
