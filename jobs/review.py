@@ -11,7 +11,8 @@ Every decision here:
   wins; a decision that does not say what its person saw is refused;
 - is allowed only by `jobs.access` (permission + role in the job's tenant +
   the job's state) and by the guards other apps register for it (e.g. the
-  app recording external calls refuses to resolve a job whose call is in doubt);
+  app recording external calls refuses to resolve, cancel or reject a job
+  whose call is in doubt);
 - is one transition of `states.py` through the Store, and writes its
   `JobEvent` (actor, note, from → to, epoch) and an admin `LogEntry` in the
   same transaction.
