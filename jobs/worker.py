@@ -567,9 +567,11 @@ class Worker:
         give up on it now — once its lease has run out (recovery may run the
         job again), at the latest a lease's length after the first failure."""
         doubt, now = self._batch.doubt, time.monotonic()
-        # The lease as last granted or renewed (a heartbeat may renew a
-        # running job's lease once the database is back).
-        doubt[job.id] = self._lease_end(job) or doubt.get(job.id) or now + self.config.lease_ttl
+        if job.id not in doubt:
+            # The lease as granted or renewed before the first failure; a
+            # later renewal does not move it (a write that keeps failing
+            # while renewals pass is given up all the same).
+            doubt[job.id] = self._lease_end(job) or now + self.config.lease_ttl
         if now < doubt[job.id]:
             return False
         del doubt[job.id]
