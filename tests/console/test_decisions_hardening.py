@@ -266,3 +266,12 @@ def test_a_pause_clear_note_of_several_pages_is_refused(people):
         connector_pause_decide(pause_id=pause.pk, user=people["operator"], note=SEVERAL_PAGES)
     pause.refresh_from_db()
     assert pause.active
+
+
+@pytest.mark.parametrize("page_number", ["²", "9" * 5000])
+def test_an_admin_list_page_number_that_is_not_a_number_is_not_a_500(client, people, page_number):
+    make_job("q-1", "WAITING_REVIEW")
+    client.force_login(people["viewer"])
+    for url in ("/admin/jobs/job/", "/admin/operations/operation/", "/admin/jobs/timer/"):
+        response = client.get(url, {"p": page_number})
+        assert response.status_code == 200, (url, response.status_code)
