@@ -12,6 +12,11 @@ re-reads the invoice when it comes due (paid or suppressed → cancelled with
 the reason; a new due date or terms → re-planned); `company.send_invoice_reminder`
 re-reads it once more and sends the reminder rendered from the record as it
 is then.
+
+Every action asks the operation protocol what the provider holds of its step
+(`operation_settle`) before it re-checks the business record: a reminder the
+provider accepted before the invoice was paid is reported sent, not "not sent
+because paid", and its operation is never left in doubt.
 """
 
 from datetime import datetime
@@ -29,7 +34,7 @@ from jobs.store import Store
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
 from operations.models import Receipt
 from operations.handlers import PROVIDER_PATTERN
-from operations.protocol import operation_perform
+from operations.protocol import operation_perform, operation_settle
 from operations.selectors import operation_for_step
 
 from .agent import agent_propose
@@ -100,6 +105,11 @@ def _send_once(ctx: JobContext, *, step: str, render) -> Receipt:
     return operation_perform(ctx, step=step, provider=provider, request=request)
 
 
+def _held(receipt: Receipt) -> dict:
+    """What a job's result says about an email the provider holds."""
+    return {"provider_reference": receipt.provider_reference, "receipt": receipt.how}
+
+
 def _apply_reply(quote: Quote, wake: dict) -> dict:
     data = wake.get("data") or {}
     decision = str(data.get("decision", "")).strip().lower()
@@ -135,12 +145,15 @@ def send_quote(ctx: JobContext):
     """Send an approved quote once, then wait for the reply or the follow-up
     timer; a reply accepts/declines, the timer proposes a follow-up."""
     quote = _quote_of(ctx)
+    sent = operation_settle(ctx, step="send")
     if quote.status in (QS.ACCEPTED, QS.DECLINED, QS.EXPIRED):
-        return {"quote": quote.number, "status": quote.status}
+        return {"quote": quote.number, "status": quote.status, "email_sent": sent is not None,
+                **(_held(sent) if sent else {})}
     if quote.status in (QS.DRAFT, QS.PENDING_APPROVAL):
-        raise PermanentError(f"quote {quote.number} is {quote.status}: only an approved quote is sent")
+        held = f"; its email was already accepted as {sent.provider_reference}" if sent else ""
+        raise PermanentError(f"quote {quote.number} is {quote.status}: only an approved quote is sent{held}")
     if quote.status == QS.APPROVED:
-        receipt = _send_once(ctx, step="send", render=lambda: quote_email(quote))
+        receipt = sent or _send_once(ctx, step="send", render=lambda: quote_email(quote))
         quote = quote_mark_sent(quote=quote, actor=f"{ctx.worker_id} (receipt {receipt.provider_reference})")
     wake = wake_detail(ctx.job)
     if wake and "inbound_event" in wake:
@@ -171,12 +184,15 @@ def send_quote_follow_up(ctx: JobContext):
     """A reviewer approved following up: send the follow-up once (only while
     the quote is still unanswered), then wait for the customer's reply."""
     quote = _quote_of(ctx)
+    sent = operation_settle(ctx, step="follow-up")
     wake = wake_detail(ctx.job)
     if wake and "inbound_event" in wake:
         return _apply_reply(quote, wake)
     if quote.status != QS.SENT:
-        return {"quote": quote.number, "status": quote.status, "follow_up_sent": False}
-    _send_once(ctx, step="follow-up", render=lambda: quote_follow_up_email(quote))
+        return {"quote": quote.number, "status": quote.status, "follow_up_sent": sent is not None,
+                **(_held(sent) if sent else {})}
+    if sent is None:
+        _send_once(ctx, step="follow-up", render=lambda: quote_follow_up_email(quote))
     return Wait.external(f"customer's reply to the follow-up on quote {quote.number}", provider=reply_provider())
 
 
@@ -278,13 +294,18 @@ def send_invoice_reminder(ctx: JobContext):
     date is now in the future waits for that date (a timer on this job
     re-reads the invoice again then).
     """
+    sent = operation_settle(ctx, step="reminder")
     invoice = (Invoice.objects.select_related("customer", "tenant")
                .filter(tenant__slug=ctx.tenant, pk=ctx.job.subject_id).first())
-    if invoice is None:
-        return {"sent": False, "reason": f"invoice {ctx.job.subject_id} no longer exists"}
-    why_not = invoice_not_to_remind(invoice)
+    gone = f"invoice {ctx.job.subject_id} no longer exists"
+    why_not = invoice_not_to_remind(invoice) if invoice is not None else gone
+    number = {"invoice": invoice.number} if invoice is not None else {}
+    if sent is not None:
+        # The provider holds it (accepted before the record changed, say):
+        # that is the outcome, whatever the record says now.
+        return {**number, "sent": True, **_held(sent), **({"no_longer_due": why_not} if why_not else {})}
     if why_not:
-        return {"invoice": invoice.number, "sent": False, "reason": why_not}
+        return {**number, "sent": False, "reason": why_not}
     remind_at = invoice_reminder_at(invoice)
     started = operation_for_step(job=ctx.job, step="reminder") is not None
     # Only a change since the job was created moves it: a reviewer who
@@ -297,8 +318,7 @@ def send_invoice_reminder(ctx: JobContext):
                            subject_id=invoice.pk, subject_version=invoice.version)
         return Wait.external(f"invoice {invoice.number} reminder re-planned for {remind_at:%Y-%m-%d %H:%M} UTC")
     receipt = _send_once(ctx, step="reminder", render=lambda: invoice_reminder_email(invoice))
-    return {"invoice": invoice.number, "sent": True, "version": invoice.version,
-            "provider_reference": receipt.provider_reference, "receipt": receipt.how}
+    return {"invoice": invoice.number, "sent": True, "version": invoice.version, **_held(receipt)}
 
 
 @action(PLAN_INVOICE_REMINDERS)

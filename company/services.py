@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from datetime import time as clock_time
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import Timer
@@ -32,8 +32,16 @@ class QuoteStateError(ValueError):
     """The quote is not in a status that allows this change."""
 
 
+class QuoteNumberTaken(QuoteStateError):
+    """The tenant already has a quote of that number (perhaps created a moment ago by another process)."""
+
+
 class InvoiceError(ValueError):
     """The invoice change is not possible (a negative payment, an unknown invoice)."""
+
+
+class InvoiceNumberTaken(InvoiceError):
+    """The tenant already has an invoice of that number (perhaps issued a moment ago by another process)."""
 
 
 # ---------------------------------------------------------------- tenants and customers
@@ -112,10 +120,16 @@ def _quote_change(quote: Quote, *, to: str, allowed: set, event_type: str, actor
 
 @transaction.atomic
 def quote_create(*, tenant: Tenant, number: str, customer: Customer, amount: Decimal) -> Quote:
-    """A DRAFT quote. Raises `QuoteStateError` when the number is taken."""
+    """A DRAFT quote. Raises `QuoteNumberTaken` when the number is taken —
+    also by another process between the check and the insert."""
+    taken = QuoteNumberTaken(f"quote {number} already exists for {tenant.slug}")
     if Quote.objects.filter(tenant=tenant, number=number).exists():
-        raise QuoteStateError(f"quote {number} already exists for {tenant.slug}")
-    quote = Quote.objects.create(tenant=tenant, number=number, customer=customer, amount=amount)
+        raise taken
+    try:
+        with transaction.atomic():
+            quote = Quote.objects.create(tenant=tenant, number=number, customer=customer, amount=amount)
+    except IntegrityError:
+        raise taken from None
     outbox_emit(tenant=tenant.slug, aggregate_type=QUOTE, aggregate_id=quote.pk, event_type="quote.created",
                 payload={"number": number, "status": quote.status, "version": quote.version})
     return quote
@@ -201,13 +215,20 @@ def _locked_invoice(invoice: Invoice) -> Invoice:
 def invoice_issue(*, tenant: Tenant, number: str, customer: Customer, amount: Decimal, due_date, terms: str,
                   actor: str) -> Invoice:
     """A new open invoice; its `invoice.issued` event plans the reminder.
-    Raises `InvoiceError` when the number is taken or the amount is not positive."""
+    Raises `InvoiceError` when the amount is not positive and
+    `InvoiceNumberTaken` when the number is taken — also by another process
+    between the check and the insert."""
     if amount <= 0:
         raise InvoiceError(f"invoice {number}: the amount must be positive, not {amount}")
+    taken = InvoiceNumberTaken(f"invoice {number} already exists for {tenant.slug}")
     if Invoice.objects.filter(tenant=tenant, number=number).exists():
-        raise InvoiceError(f"invoice {number} already exists for {tenant.slug}")
-    invoice = Invoice.objects.create(tenant=tenant, number=number, customer=customer, amount=amount, balance=amount,
-                                     due_date=due_date, terms=terms)
+        raise taken
+    try:
+        with transaction.atomic():
+            invoice = Invoice.objects.create(tenant=tenant, number=number, customer=customer, amount=amount,
+                                             balance=amount, due_date=due_date, terms=terms)
+    except IntegrityError:
+        raise taken from None
     _invoice_event(invoice, "invoice.issued", actor)
     return invoice
 
@@ -277,10 +298,13 @@ def proposal_submit(
     rationale as its wait reason. The creation event carries the proposal
     (contract C1) so the review page can say "proposed by X — rationale".
 
-    Idempotent by business key: when a job `job_key` already exists (proposed
-    before, or created by the system itself), nothing is recorded and the
-    existing job is returned with `proposal=None`. Raises `ValueError` for a
-    proposal without a rationale.
+    Idempotent by business key, also under concurrency (as `Store.enqueue`
+    is): when a job `job_key` already exists — proposed before, proposed by
+    another caller at the same moment, or created by the system itself (the
+    outbox, a timer), even between this call's read and its insert — nothing
+    is recorded and the existing job is returned with `proposal=None`; only
+    the caller whose proposal made the job gets `created`. Raises
+    `ValueError` for a proposal without a rationale.
     """
     if not rationale.strip():
         raise ValueError("a proposal needs a rationale: the reviewer decides on it")
@@ -288,20 +312,44 @@ def proposal_submit(
     if existing is not None:
         return Submitted(None, existing)
     needs_review = action not in tenant_policy(tenant).runs_without_review
-    proposal = Proposal.objects.create(
-        tenant=tenant, proposed_by=proposed_by, action=action, job_key=job_key, rationale=rationale,
-        payload=payload or {}, subject_type=subject_type, subject_id=str(subject_id or ""),
-        subject_version=subject_version, needs_review=needs_review,
-    )
-    job = Store().enqueue(
-        tenant.slug, job_key, action=action, payload=payload or {}, subject_type=subject_type,
-        subject_id=str(subject_id or ""), subject_version=subject_version, actor=proposed_by, reason=rationale,
-        detail={"proposal": {"id": proposal.pk, "proposed_by": proposed_by, "rationale": rationale,
-                             "subject_type": subject_type, "subject_id": str(subject_id or ""),
-                             "subject_version": subject_version}},
-        review=f"proposed by {proposed_by}: {rationale}" if needs_review else None,
-    )
+    try:
+        # A savepoint: the proposal stands only if its job is the one it made.
+        with transaction.atomic():
+            proposal = Proposal.objects.create(
+                tenant=tenant, proposed_by=proposed_by, action=action, job_key=job_key, rationale=rationale,
+                payload=payload or {}, subject_type=subject_type, subject_id=str(subject_id or ""),
+                subject_version=subject_version, needs_review=needs_review,
+            )
+            job, created = Store().enqueue_once(
+                tenant.slug, job_key, action=action, payload=payload or {}, subject_type=subject_type,
+                subject_id=str(subject_id or ""), subject_version=subject_version, actor=proposed_by,
+                reason=rationale,
+                detail={"proposal": {"id": proposal.pk, "proposed_by": proposed_by, "rationale": rationale,
+                                     "subject_type": subject_type, "subject_id": str(subject_id or ""),
+                                     "subject_version": subject_version}},
+                review=f"proposed by {proposed_by}: {rationale}" if needs_review else None,
+            )
+            if not created:
+                raise _KeyTaken(job)
+    except IntegrityError:
+        # Another caller's proposal of this key committed first (PostgreSQL
+        # made this insert wait for it): its job is the one.
+        job = job_by_key(tenant=tenant.slug, key=job_key)
+        if job is None:
+            raise
+        return Submitted(None, job)
+    except _KeyTaken as taken:
+        # The outbox (or a timer) created the key meanwhile: its job, and no proposal of ours.
+        return Submitted(None, taken.job)
     return Submitted(proposal, job)
+
+
+class _KeyTaken(Exception):
+    """Rolls a proposal back to its savepoint: the key's job was made by someone else."""
+
+    def __init__(self, job):
+        super().__init__(f"job {job.tenant}/{job.key} exists")
+        self.job = job
 
 
 # ---------------------------------------------------------------- invoice reminders

@@ -58,6 +58,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from durable.numbers import number_flag, whole_flag
+
 MODES = ("idempotent", "lookup", "bare")
 LOOKUP_FAULTS = ("", "500", "429", "401")
 DEFAULT_HOST = "127.0.0.1"
@@ -591,18 +593,10 @@ class _Handler(BaseHTTPRequestHandler):
 # -- command line ----------------------------------------------------------
 
 
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
-    return value
+# Flags are read by the project's one parser of outside numbers
+# (dependency-free, so `python -m connectors.simulator` runs without Django).
+_probability = number_flag(minimum=0, maximum=1)
+_seconds = number_flag(minimum=0, maximum=86400)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -610,7 +604,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"Address to bind (default {DEFAULT_HOST}).")
     parser.add_argument(
         "--port",
-        type=int,
+        type=whole_flag(0, 65535),
         default=DEFAULT_PORT,
         help=f"Port to listen on (default {DEFAULT_PORT}); 0 picks a free port, printed on the first line.",
     )
@@ -632,7 +626,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stall-after-accept",
-        type=_non_negative,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="Commit the message, then hold the answer this long - past a client's read timeout, "
@@ -661,7 +655,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retry-after",
-        type=int,
+        type=whole_flag(0, 86400),
         default=DEFAULT_RETRY_AFTER_SECONDS,
         metavar="SECONDS",
         help=f"Retry-After value sent with a 429 (default {DEFAULT_RETRY_AFTER_SECONDS}).",
@@ -672,7 +666,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Answer 401 to every provider API request (the listing and /health stay open).",
     )
     parser.add_argument(
-        "--seed", type=int, default=None, metavar="N", help="Seed for the fault dice, for reproducible runs."
+        "--seed", type=whole_flag(0), default=None, metavar="N", help="Seed for the fault dice, for reproducible runs."
     )
     parser.add_argument(
         "--lookup-fault",
@@ -683,7 +677,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lookup-stall",
-        type=_non_negative,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="Hold every lookup answer this long (past a client's read timeout: a lookup timeout). Default 0.",

@@ -5,13 +5,14 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from durable.numbers import NumberRefused, whole_number
 from jobs import access, review
 from jobs.actions import registered_actions
 from jobs.errors import JobError
@@ -30,6 +31,15 @@ SERVICES = {
     "retry": review.job_retry,
     "cancel": review.job_cancel,
 }
+JOB_DECISIONS = frozenset({*SERVICES, "correct", "resolve"})
+
+
+def _number_or_none(text: str, *, minimum: int = 0) -> int | None:
+    """A number from the request, strictly (`durable.numbers`), or None."""
+    try:
+        return whole_number(text, minimum=minimum)
+    except NumberRefused:
+        return None
 
 
 def _may_view(request):
@@ -58,8 +68,10 @@ def _queue(request, state: str, title: str, template: str):
         # Among the waiting rows only (a small set, found by the state index).
         jobs = jobs.filter(wait_reason__icontains=reason) if state == State.WAITING_REVIEW else jobs.filter(
             last_error__icontains=reason)
-    # Oldest first: the longest-waiting item is decided first.
-    page = Paginator(jobs.order_by("updated_at", "id"), QUEUE_PAGE).get_page(request.GET.get("page"))
+    # Oldest first: the longest-waiting item is decided first. A page
+    # number that is not one shows the first page.
+    page = Paginator(jobs.order_by("updated_at", "id"), QUEUE_PAGE).get_page(
+        _number_or_none(request.GET.get("page", ""), minimum=1))
     operations = {}
     for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
         operations.setdefault(op.job_id, []).append(op)
@@ -110,7 +122,18 @@ def decision_page(request, job_id):
     scope = access.request_scope(request)
     operations = list(Operation.objects.filter(job=job).select_related("receipt").order_by("created_at"))
     events = newest_events(job.pk, limit=20)
-    allowed = {d.name: d for d in access.allowed_decisions(request.user, job, scope=scope)}
+    # The job decisions this page takes (another app's decision on the job,
+    # an operation's say, has its own page, linked below).
+    allowed = {d.name: d for d in access.allowed_decisions(request.user, job, scope=scope)
+               if d.name in JOB_DECISIONS}
+    # A decision another app's guard refuses now (ending a job around an
+    # operation in doubt, say) is not offered; the page says why.
+    held_back: dict[str, list[str]] = {}
+    for name, d in list(allowed.items()):
+        reason = review.guard_refusal(name, job)
+        if reason:
+            held_back.setdefault(reason, []).append(d.label)
+            del allowed[name]
     in_doubt = [op for op in operations if op.state in IN_DOUBT]
     correction = review.correction_form(job) if "correct" in allowed else None
     if correction is None:
@@ -127,7 +150,9 @@ def decision_page(request, job_id):
         in_doubt=in_doubt,
         may_decide_operation=access.may(request.user, "decide_operation", job, scope=scope),
         allowed=allowed,
+        held_back=held_back,
         correction=correction,
+        note_max=review.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", ""),
     ))
 
@@ -141,12 +166,9 @@ def decide(request, job_id, decision):
     if decision not in access.DECISIONS or not access.DECISIONS[decision].states:
         raise Http404("no such decision")
     note = request.POST.get("note", "")
-    seen = request.POST.get("seen_event", "")
     try:
-        if not seen.isdigit():
-            # Every decision is conditional on the state the person saw.
-            raise access.DecisionRefused("the page you decided on did not say which state you saw; reload it")
-        seen_event = int(seen)
+        # Every decision is conditional on the state the person saw.
+        seen_event = review.seen_event_from(request.POST.get("seen_event", ""))
         if decision == "correct":
             changed = review.job_correct_and_approve(job_id=job.pk, user=request.user, note=note,
                                                      seen_event=seen_event, data=request.POST)
@@ -175,7 +197,12 @@ def timeline(request, job_id):
     _may_view(request)
     job = _job_or_404(request, job_id)
     before = request.GET.get("before", "")
-    entries, older = timeline_page(job, before=int(before) if before.isdigit() else None)
+    try:
+        cursor = whole_number(before, minimum=1) if before else None
+    except NumberRefused as exc:
+        return HttpResponseBadRequest(f"before: an event id of this timeline's pages {exc}",
+                                      content_type="text/plain; charset=utf-8")
+    entries, older = timeline_page(job, before=cursor)
     resolved = [(entry, reverse(entry.link, args=[entry.pk]) if entry.link else "") for entry in entries]
     return TemplateResponse(request, "console/timeline.html", _context(
         request, title=f"Evidence timeline — {job.tenant}/{job.key}", job=job, entries=resolved, older=older,

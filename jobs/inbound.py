@@ -83,6 +83,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from durable.numbers import NumberRefused, whole_number
+
 from .clock import to_datetime
 from .errors import JobError
 from .models import InboundEvent, Job
@@ -220,15 +222,13 @@ def inbound_event_receive(
         _verify(secret=secrets.token_hex(32), timestamp=timestamp, signature=signature, body=body)
         raise UnknownProvider(_NOT_AUTHENTIC)
     sent_at = _verify(secret=secret, timestamp=timestamp, signature=signature, body=body)
-    # The provider's timestamp is wall-clock time: compare with this server's.
-    try:
-        skew = abs((time.time() if now is None else now) - float(sent_at))
-    except OverflowError:
-        skew = float("inf")  # a 400-digit timestamp is simply not fresh
+    # The provider's timestamp is wall-clock time: compare with this server's
+    # (a timestamp of more digits than any clock is simply not fresh).
+    skew = float("inf") if sent_at is None else abs((time.time() if now is None else now) - sent_at)
     allowed = getattr(settings, "INBOUND_MAX_SKEW_SECONDS", 300)
     if skew > allowed:
         raise StaleRequest(
-            f"X-Signature-Timestamp {str(sent_at)[:20]} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
+            f"X-Signature-Timestamp {timestamp[:20]} is {skew:.0f}s from this server's clock (at most {allowed}s allowed)"
         )
     message = _parse(body)
     # The event is filed under the tenant it names only when this provider
@@ -259,13 +259,17 @@ def inbound_event_receive(
     return InboundReceipt("applied" if event.state == Status.APPLIED else "unmatched", event)
 
 
-def _verify(*, secret: str, timestamp: str | None, signature: str | None, body: bytes) -> int:
+def _verify(*, secret: str, timestamp: str | None, signature: str | None, body: bytes) -> int | None:
+    """The signed timestamp (None: more digits than any clock has), once the signature matches."""
     if not timestamp or not signature:
         raise BadSignature("the X-Signature-Timestamp and X-Signature headers are required")
     try:
-        sent_at = int(timestamp)
-    except ValueError:
-        raise BadSignature("X-Signature-Timestamp must be an integer number of unix seconds") from None
+        sent_at = whole_number(timestamp, minimum=0)
+    except NumberRefused:
+        if not (timestamp.isascii() and timestamp.isdigit()):
+            raise BadSignature("X-Signature-Timestamp must be an integer number of unix seconds, "
+                               "in digits 0-9") from None
+        sent_at = None
     expected = signature_for(secret=secret, timestamp=timestamp, body=body)
     if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
         log.warning("inbound.bad_signature", extra={"fields": {"event": "inbound.bad_signature"}})

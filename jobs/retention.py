@@ -13,13 +13,18 @@ keeps flowing while it runs):
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
    registered apps, the request bodies of their external calls) replaced by a marker;
    `Job.redacted_at` records when. Keys, states, digests and history stay.
+   When deletion stopped at its batch limit, the rows already past
+   retention that it did not reach are left for the next sweep to delete,
+   not rewritten on their way out.
 
-Never touched: any job that is not DONE or CANCELLED, and any finished job
-something live still refers to — a PENDING timer, an UNMATCHED inbound event
-(an operator still has to look at it), or what an app that registered a
-`retention_dependent` says must be kept (an external call still in doubt,
-or one an active connector pause names as its evidence). A table of
-another app that PROTECTs a job keeps that job too (reported as kept).
+Never touched, by either phase: any job that is not DONE or CANCELLED, and
+any finished job something live still refers to (`_referred_to`: one rule
+for both) — a PENDING timer, an UNMATCHED inbound event (an operator still
+has to look at it), or what an app that registered a `retention_dependent`
+says must be kept (an external call still in doubt — the operator deciding
+it must see what was asked of the provider —, or one an active connector
+pause names as its evidence). A table of another app that PROTECTs a job
+keeps that job too (reported as kept).
 """
 
 from collections import Counter
@@ -67,18 +72,20 @@ class RetentionReport:
     redacted: Counter = field(default_factory=Counter)  # rows redacted, by table
     deleted: Counter = field(default_factory=Counter)  # rows deleted, by table
     kept: int = 0  # finished jobs past the cutoff kept because something live refers to them
+    kept_unredacted: int = 0  # finished jobs past the redaction cutoff left whole for the same reason
     batches: int = 0
 
     def as_dict(self) -> dict:
         return {"redacted": dict(self.redacted), "deleted": dict(self.deleted), "kept": self.kept,
-                "batches": self.batches}
+                "kept_unredacted": self.kept_unredacted, "batches": self.batches}
 
     def summary(self) -> str:
         def show(counts):
             return ", ".join(f"{n} {table}" for table, n in sorted(counts.items()) if n) or "nothing"
 
         return (f"redacted {show(self.redacted)}; deleted {show(self.deleted)}; "
-                f"kept {self.kept} finished job(s) still referred to; {self.batches} batch(es)")
+                f"kept {self.kept} finished job(s) still referred to (and {self.kept_unredacted} unredacted); "
+                f"{self.batches} batch(es)")
 
 
 def retention_sweep(
@@ -99,40 +106,59 @@ def retention_sweep(
     size = batch_size or settings.JOBS_RETENTION_BATCH
     report = RetentionReport()
     # Deletion first: what it removes need not be redacted on the way out.
-    expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=at - timedelta(days=retention))
-    for ids in _batches(expired, size, max_batches):
+    retention_cutoff = at - timedelta(days=retention)
+    expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=retention_cutoff)
+    deletion = _Pages(expired, size, max_batches)
+    for ids in deletion:
         _delete(ids, report)
     if redact_after is not None and redact_after < retention:
         unredacted = Job.objects.filter(state__in=FINISHED, redacted_at__isnull=True,
                                         finished_at__lt=at - timedelta(days=redact_after))
-        for ids in _batches(unredacted, size, max_batches):
+        if not deletion.exhausted:
+            # Deletion stopped at its limit: the rows past retention it did
+            # not reach are the next sweep's to delete, not to rewrite now.
+            unredacted = unredacted.filter(finished_at__gte=retention_cutoff)
+        for ids in _Pages(unredacted, size, max_batches):
             _redact(ids, at, report)
     return report
 
 
-def _batches(rows, size: int, max_batches: int):
+class _Pages:
     """Keyset pages of job ids over (finished_at, id) — served by the partial
     indexes `job_finished` / `job_finished_unredacted` — so kept rows at the
-    front never stall the sweep and no page rescans the ones before it."""
-    after = None
-    for _ in range(max_batches):
-        page = rows
-        if after is not None:
-            page = page.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1]))
-        keys = list(page.order_by("finished_at", "id").values_list("finished_at", "id")[:size])
-        if not keys:
-            return
-        yield [job_id for _, job_id in keys]
-        after = keys[-1]
-        if len(keys) < size:
-            return
+    front never stall the sweep and no page rescans the ones before it. At
+    most `max_batches` pages; `exhausted` tells, once iterated, whether the
+    rows ran out before that limit."""
+
+    def __init__(self, rows, size: int, max_batches: int):
+        self.rows, self.size, self.max_batches = rows, size, max_batches
+        self.exhausted = False
+
+    def __iter__(self):
+        after = None
+        for _ in range(self.max_batches):
+            page = self.rows
+            if after is not None:
+                page = page.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1]))
+            keys = list(page.order_by("finished_at", "id").values_list("finished_at", "id")[:self.size])
+            if keys:
+                yield [job_id for _, job_id in keys]
+            if len(keys) < self.size:
+                self.exhausted = True
+                return
+            after = keys[-1]
 
 
 def _redact(ids: list[int], at: datetime, report: RetentionReport) -> None:
     with transaction.atomic():
-        # The state condition again: a batch is read before its transaction.
-        ids = list(Job.objects.filter(id__in=ids, state__in=FINISHED, redacted_at__isnull=True)
-                   .values_list("id", flat=True))
+        # The state condition again (a batch is read before its transaction),
+        # under the row locks deletion takes.
+        candidates = list(Job.objects.select_for_update().filter(id__in=ids, state__in=FINISHED,
+                                                                 redacted_at__isnull=True)
+                          .values_list("id", flat=True))
+        keep = _referred_to(candidates)
+        report.kept_unredacted += len(keep)
+        ids = [job_id for job_id in candidates if job_id not in keep]
         if not ids:
             return
         report.redacted["jobs.Job.payload"] += Job.objects.filter(id__in=ids).update(payload=REDACTED(at),

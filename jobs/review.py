@@ -3,13 +3,16 @@ or reject `WAITING_REVIEW` items; operators retry, resolve with evidence or
 cancel `NEEDS_ATTENTION` items.
 
 Every decision here:
-- is taken by a user, with a required note, on the job *as that user saw it*
-  (`seen_event`: the id of the newest history row on their page) — when the
-  job has moved since, it is refused with "already decided by … at …" and
-  nothing changes, so of two people deciding at once exactly one wins;
+- is taken by a user, with a required note (and any evidence) of at most
+  `NOTE_MAX_CHARS` characters, on the job *as that user saw it*
+  (`seen_event`: the id of the newest history row on their page, required)
+  — when the job has moved since, it is refused with "already decided by …
+  at …" and nothing changes, so of two people deciding at once exactly one
+  wins; a decision that does not say what its person saw is refused;
 - is allowed only by `jobs.access` (permission + role in the job's tenant +
   the job's state) and by the guards other apps register for it (e.g. the
-  app recording external calls refuses to resolve a job whose call is in doubt);
+  app recording external calls refuses to resolve, cancel or reject a job
+  whose call is in doubt);
 - is one transition of `states.py` through the Store, and writes its
   `JobEvent` (actor, note, from → to, epoch) and an admin `LogEntry` in the
   same transaction.
@@ -20,6 +23,8 @@ from collections.abc import Callable
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
 
+from durable.numbers import NumberRefused, whole_number
+
 from . import access
 from .access import DecisionRefused
 from .actions import action_spec
@@ -28,8 +33,17 @@ from .payloads import PayloadInvalid, correction_form_class, payload_validate
 from .selectors import newest_event
 from .store import Store
 
-__all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "job_approve", "job_reject",
-           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen", "job_for_decision"]
+__all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
+           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen",
+           "seen_event_from", "decision_text", "job_for_decision", "NOTE_MAX_CHARS"]
+
+# The longest note or evidence a person may write on a decision: a few
+# paragraphs and a pasted line or two of a provider's dashboard. Longer text
+# is refused (forms show the limit) rather than stored into every history
+# row, log entry and page that repeats it.
+NOTE_MAX_CHARS = 4000
+
+_NOT_SEEN = "the page you decided on did not say which state you saw; reload it"
 
 
 class AlreadyDecided(DecisionRefused):
@@ -48,11 +62,45 @@ def register_guard(decision: str, guard: Callable[[Job], str]) -> None:
         guards.append(guard)
 
 
+def guard_refusal(decision: str, job: Job) -> str:
+    """Why a registered guard refuses `decision` on `job` now ("" when none
+    does) — what the decision page says instead of offering it."""
+    for guard in _guards.get(decision, []):
+        reason = guard(job)
+        if reason:
+            return reason
+    return ""
+
+
+def decision_text(text: str | None, *, what: str = "note", required: bool = True) -> str:
+    """A person's free text on a decision (a note, evidence), stripped:
+    `DecisionRefused` when it is required and empty, or longer than
+    `NOTE_MAX_CHARS` — the one check every decision service makes."""
+    text = (text or "").strip()
+    if required and not text:
+        raise DecisionRefused(f"a {what} is required: say why")
+    if len(text) > NOTE_MAX_CHARS:
+        raise DecisionRefused(f"the {what} is {len(text):,} characters long; write at most {NOTE_MAX_CHARS} "
+                              f"characters (link to a longer record instead)")
+    return text
+
+
+def seen_event_from(text) -> int:
+    """The `seen_event` a decision form sent (the id of the newest history
+    row its page showed), read strictly: `DecisionRefused` when it is
+    missing or not an event id."""
+    try:
+        return whole_number(text, minimum=1)
+    except NumberRefused:
+        raise DecisionRefused(_NOT_SEEN) from None
+
+
 def check_seen(job: Job, seen_event: int | None) -> None:
-    """`AlreadyDecided` unless the job's newest history row is `seen_event`
-    (None: the caller saw no page, e.g. a script — no check)."""
+    """`AlreadyDecided` unless the job's newest history row is `seen_event`;
+    `DecisionRefused` when the caller does not say which state it saw
+    (None): every decision is conditional on it, a script's too."""
     if seen_event is None:
-        return
+        raise DecisionRefused(_NOT_SEEN)
     newest = newest_event(job.pk)
     if newest is not None and newest.id != seen_event:
         who = newest.actor or newest.worker_id or "the engine"
@@ -74,27 +122,19 @@ def decision_logged(*, user, obj, message: str) -> None:
     LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message, single_object=True)
 
 
-def _require_note(note: str) -> str:
-    note = (note or "").strip()
-    if not note:
-        raise DecisionRefused("a note is required: say why")
-    return note
-
-
 def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | None, run) -> Job:
     """Lock the job, check what the user saw, who they are and the guards,
     then `run(job, actor, note)` (one Store transition) and log it."""
-    note = _require_note(note)
+    note = decision_text(note)
     # The outermost transaction: a decision nested in another one could be
     # rolled back after the person was told it was taken.
     with transaction.atomic(durable=True):
         job = access.get_visible_or_404(Job.objects.select_for_update(), user, pk=job_id)
         check_seen(job, seen_event)
         access.require(user, decision, job)
-        for guard in _guards.get(decision, []):
-            reason = guard(job)
-            if reason:
-                raise DecisionRefused(reason)
+        reason = guard_refusal(decision, job)
+        if reason:
+            raise DecisionRefused(reason)
         changed = run(job, user.get_username(), note)
         decision_logged(user=user, obj=changed,
                         message=f"{access.DECISIONS[decision].label}: {job.state} → {changed.state}. {note}")
@@ -111,7 +151,8 @@ def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
 
 def job_reject(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
     """A reviewer rejects a job waiting for review: CANCELLED, with the note
-    as its reason. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    as its reason (refused by a registered guard while an external call of
+    the job is in doubt). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("reject", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().reject(job.tenant, job.key, reason=note, actor=actor,
                                                                detail={"decision": "reject"}))
@@ -183,15 +224,18 @@ def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidenc
     guard) while one of its external calls is in doubt: that goes through
     the decision on the call, so none is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
     `Http404`."""
+    evidence = decision_text(evidence, what="evidence", required=False)
     return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,
                                                                 detail={"decision": "resolve",
-                                                                        "evidence": (evidence or "").strip()}))
+                                                                        "evidence": evidence}))
 
 
 def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
     """An operator cancels a job that needs attention, the note as its
-    reason. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    reason. Refused (by a registered guard) while one of its external calls
+    is in doubt, as resolving is: the decision on the call can cancel the
+    job too. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
                                                                detail={"decision": "cancel"}))

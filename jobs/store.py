@@ -113,7 +113,13 @@ class Store:
 
     # ------------------------------------------------------------ enqueue
 
-    def enqueue(
+    def enqueue(self, tenant: str, key: str, **options) -> Job:
+        """Create the obligation `(tenant, key)` once and return it — the job
+        of `enqueue_once`, which takes the same arguments and says whether
+        this call created it."""
+        return self.enqueue_once(tenant, key, **options)[0]
+
+    def enqueue_once(
         self,
         tenant: str,
         key: str,
@@ -131,14 +137,17 @@ class Store:
         detail: dict | None = None,
         review: str | None = None,
         now=None,
-    ) -> Job:
-        """Create the obligation `(tenant, key)` once and return it.
+    ) -> tuple[Job, bool]:
+        """Create the obligation `(tenant, key)` once; return `(job, created)`.
 
         Idempotent: when the key exists, the existing job is returned
         unchanged and nothing is written, so a repeated trigger is harmless.
         Safe under concurrency: the unique constraint decides the race and the
-        loser returns the winner's job. Joins the caller's transaction when
-        there is one (a business change and its job commit together).
+        loser returns the winner's job. `created` is true only for the call
+        whose insert made the job — not when the key existed, nor when
+        another process created it between this call's read and its insert.
+        Joins the caller's transaction when there is one (a business change
+        and its job commit together).
 
         `actor`, `reason` and `detail` go into the creation event (who asked
         for this work and why: a proposal's rationale). With `review` the job
@@ -156,7 +165,7 @@ class Store:
                                subject_id=subject_id, subject_version=subject_version)
         existing = Job.objects.filter(tenant=tenant, key=key).first()
         if existing is not None:
-            return existing
+            return existing, False
         clock = Clock.of(now)
         state = State.WAITING_REVIEW if review is not None else State.READY
         try:
@@ -181,8 +190,8 @@ class Store:
                     notify.job_ready()
         except IntegrityError:
             # Another process created the same key between our read and insert.
-            return Job.objects.get(tenant=tenant, key=key)
-        return job
+            return Job.objects.get(tenant=tenant, key=key), False
+        return job, True
 
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
         """Insert many jobs with one INSERT … ON CONFLICT DO NOTHING (per 4,000
@@ -390,15 +399,18 @@ class Store:
         written = claim_sql.finish_pg(worker=worker_id, clock=clock, finish=_finishes(done))
         return [job for job, _ in done if job.id not in written]
 
-    def recorded_by(self, worker_id: str, jobs: list[Job], kind: str = "finish") -> dict[int, str]:
+    def recorded_by(self, worker_id: str, jobs: list[Job], kind: str | tuple[str, ...] = "finish") -> dict[int, str]:
         """Of `jobs` (as claimed), those whose outcome of `kind` (`finish`,
-        `wait`, `fail`) `worker_id` itself recorded under the epoch it
-        claimed them with, and the state each went to: the write is in their
-        history. How a worker whose connection broke mid-write learns that
-        the write went in after all (a lease's epoch is taken by one claim
-        only, so no other writer can have recorded that outcome)."""
+        `wait`, `fail`, or a tuple of them) `worker_id` itself recorded under
+        the epoch it claimed them with, and the state each went to: the
+        write is in their history. How a worker whose connection broke
+        mid-write learns that the write went in after all, and a renewal
+        that hit `Conflict` that the fence moved by the worker's own outcome
+        (a lease's epoch is taken by one claim only, so no other writer can
+        have recorded that outcome)."""
         epochs = {job.id: job.lease_epoch for job in jobs}
-        recorded = JobEvent.objects.filter(job_id__in=epochs, kind=kind, worker_id=worker_id)
+        kinds = (kind,) if isinstance(kind, str) else kind
+        recorded = JobEvent.objects.filter(job_id__in=epochs, kind__in=kinds, worker_id=worker_id)
         return {job_id: to_state for job_id, epoch, to_state in recorded.values_list("job_id", "epoch", "to_state")
                 if epochs[job_id] == epoch}
 
@@ -467,8 +479,18 @@ class Store:
             # The UPDATE's right-hand sides read the row as it was.
             changes["attempts"] = ("CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END", [])
             changes["first_attempt_at"] = ("CASE WHEN attempts <= 1 THEN NULL ELSE first_attempt_at END", [])
-        self._fenced("wait", tenant, key, worker_id, epoch, State(state), clock, changes, reason=reason,
-                     detail=detail)
+        self._fenced(
+            "wait",
+            tenant,
+            key,
+            worker_id,
+            epoch,
+            State(state),
+            clock,
+            changes,
+            reason=reason,
+            detail=detail,
+        )
 
     def fail(
         self,

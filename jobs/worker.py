@@ -5,7 +5,9 @@ run its handler, record the outcome under the fence and claim the next.
 Around them it:
 - renews each running job's lease every ttl/3 — only while the handler is
   alive and within its action's timeout; a renewal that hits `Conflict` sets
-  the handler's cancellation flag, and nothing that handler returns is written;
+  the handler's cancellation flag, and nothing that handler returns is
+  written — unless the fence moved by the job's own outcome, which its slot
+  wrote meanwhile (not a loss);
 - sweeps expired leases (`recover_expired`), wakes due waits and runs the
   registered periodic tasks (timers, outbox relay) on a bounded budget;
 - sleeps when idle until a PostgreSQL NOTIFY or the poll interval (with
@@ -17,7 +19,9 @@ Around them it:
 Safe to kill at any instant: every write is fenced, so a dead worker's job is
 simply recovered when its lease expires. Safe to lose the database under: an
 outcome whose write the connection broke is in doubt and sent again after
-reconnecting, under the same fence, until the database settles it.
+reconnecting, under the same fence, until the database settles it — with a
+backoff bounded by the lease's remaining time, so the resend comes before
+another worker may recover the job (`db_retry_delay`).
 """
 
 import logging
@@ -48,6 +52,28 @@ log = logging.getLogger("jobs.worker")
 # The history event each outcome counter's write records (`_settle`); every
 # other outcome is a `fail`.
 _KINDS = {"done": "finish", "waiting": "wait"}
+OUTCOME_KINDS = ("finish", "wait", "fail")
+
+
+# The shortest pause between two tries of a write in doubt, however little
+# of its lease is left (no spinning against a database that is still down).
+RESEND_MIN_DELAY = 0.05
+
+
+def db_retry_delay(failures: int, *, jitter: float, lease_left: float | None = None) -> float:
+    """How long to wait after the database failed `failures` times in a row:
+    exponential backoff with full jitter (`jitter` in [0, 1)), at most 30 s.
+
+    While a write is in doubt, also at most half of its lease's remaining
+    time `lease_left` (and at least `RESEND_MIN_DELAY`): a try that fails at
+    t with the lease ending at D is followed by the next by (t + D) / 2, so
+    once the database is back the outcome is sent again while the lease still
+    holds — never after another worker may have recovered the job and run a
+    finished handler again."""
+    delay = min(30.0, 0.5 * 2 ** min(failures, 16)) * jitter
+    if lease_left is not None:
+        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))
+    return delay
 
 
 def default_worker_id() -> str:
@@ -114,9 +140,14 @@ class Worker:
         # Per slot thread: successes not yet written (`pending`). The slot's
         # next claim writes them in the same statement
         # (`Store.finish_and_claim`). `doubt` holds, by job id, when to give
-        # up on an outcome whose write broke with the connection
-        # (`_doubt_over`).
+        # up on an outcome whose write broke with the connection: when its
+        # lease runs out (`_doubt_over`).
         self._batch = threading.local()
+        # job id → when its lease runs out at the latest, by this process's
+        # monotonic clock: the moment before the claim (or the last renewal)
+        # was asked for, plus the ttl — never later than the database's
+        # `lease_until`. Guarded by `_lock`.
+        self._lease_ends: dict[int, float] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -221,12 +252,15 @@ class Worker:
         with self._work:
             return self._idle_slots == self.config.concurrency and not self._running
 
-    def _db_backoff(self, exc: Exception, failures: int) -> None:
+    def _db_backoff(self, exc: Exception, failures: int, *, lease_left: float | None = None) -> None:
         """The database restarting (or any other failure of a claim or of
-        housekeeping) must not kill the worker: back off, reconnect."""
-        delay = min(30.0, 0.5 * 2**min(failures, 16)) * random.random()
+        housekeeping) must not kill the worker: back off, reconnect. With a
+        write in doubt, `lease_left` (its lease's remaining time) bounds the
+        wait (`db_retry_delay`)."""
+        delay = db_retry_delay(failures, jitter=random.random(), lease_left=lease_left)
         event = "worker.db_error" if isinstance(exc, DatabaseError) else "worker.error"
-        self._event(event, level=logging.WARNING, error=_describe(exc), retry_in=round(delay, 2))
+        self._event(event, level=logging.WARNING, error=_describe(exc), retry_in=round(delay, 2),
+                    lease_left=None if lease_left is None else round(lease_left, 2))
         connections.close_all()
         self._stopping.wait(delay)
 
@@ -263,7 +297,7 @@ class Worker:
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure
                     failures += 1
-                    self._db_backoff(exc, failures)
+                    self._db_backoff(exc, failures, lease_left=self._doubt_lease_left())
                     continue
                 if not jobs:
                     self._sleep_until_work(seen)
@@ -299,6 +333,7 @@ class Worker:
         its outcome."""
         cfg = self.config
         pending, self._batch.pending = self._batch.pending, []
+        asked = time.monotonic()  # before the database grants any lease
         try:
             jobs, lost = self.store.finish_and_claim(cfg.worker_id, pending, limit=cfg.batch, tenants=cfg.tenants,
                                                      actions=cfg.actions, ttl=cfg.lease_ttl)
@@ -309,8 +344,24 @@ class Worker:
             self._batch.pending = pending
             self._flush(number)
             raise
+        self._leased(jobs, asked)
         self._written(number, pending, lost)
         return jobs
+
+    def _leased(self, jobs: list[Job], asked: float) -> None:
+        """Note when the leases just granted (or renewed) run out at the
+        latest, and forget those long over."""
+        ends = asked + self.config.lease_ttl
+        with self._lock:
+            for job in jobs:
+                self._lease_ends[job.id] = ends
+            if jobs and len(self._lease_ends) > 4 * (self.config.concurrency * self.config.batch + 1):
+                stale = asked - self.config.lease_ttl
+                self._lease_ends = {job_id: end for job_id, end in self._lease_ends.items() if end > stale}
+
+    def _lease_end(self, job: Job) -> float | None:
+        with self._lock:
+            return self._lease_ends.get(job.id)
 
     def _sleep_until_work(self, seen: int) -> None:
         """Idle until new work is offered (or the poll interval passes). The
@@ -521,13 +572,26 @@ class Worker:
 
     def _doubt_over(self, job: Job) -> bool:
         """A write of `job`'s outcome broke with the connection: whether to
-        give up on it now — a lease's length after the first such failure,
-        when its lease has run out and recovery runs the job again."""
+        give up on it now — once its lease has run out (recovery may run the
+        job again), at the latest a lease's length after the first failure."""
         doubt, now = self._batch.doubt, time.monotonic()
-        if now < doubt.setdefault(job.id, now + self.config.lease_ttl):
+        if job.id not in doubt:
+            # The lease as granted or renewed before the first failure; a
+            # later renewal does not move it (a write that keeps failing
+            # while renewals pass is given up all the same).
+            doubt[job.id] = self._lease_end(job) or now + self.config.lease_ttl
+        if now < doubt[job.id]:
             return False
         del doubt[job.id]
         return True
+
+    def _doubt_lease_left(self) -> float | None:
+        """The remaining lease of this slot's most urgent write in doubt
+        (None: none is in doubt): what bounds the slot's backoff."""
+        doubt = getattr(self._batch, "doubt", None)
+        if not doubt:
+            return None
+        return min(doubt.values()) - time.monotonic()
 
     def _unrecorded_many(self, pending: list, exc: Exception) -> None:
         # Not recorded: the leases expire and recovery runs the jobs again.
@@ -613,7 +677,7 @@ class Worker:
                         raise
                     failures += 1
                     self._event("job.write_in_doubt", level=logging.WARNING, job=job, error=_describe(exc))
-                    self._db_backoff(exc, failures)
+                    self._db_backoff(exc, failures, lease_left=doubt[job.id] - time.monotonic())
         finally:
             doubt.pop(job.id, None)
 
@@ -672,11 +736,21 @@ class Worker:
             r.ctx.cancelled.set()
             self._event("job.timeout", level=logging.WARNING, job=r.ctx.job)
             return
+        asked = time.monotonic()
         try:
             self.store.renew(r.ctx.tenant, r.ctx.key, cfg.worker_id, r.ctx.epoch, ttl=cfg.lease_ttl)
-        except (Conflict, JobNotFound) as exc:
-            # Taken over, or gone (deleted by an operator): either way the
-            # handler's result must not be written.
+            self._leased([r.ctx.job], asked)
+        except Conflict as exc:
+            # This renewal's copy of the running jobs was taken before the
+            # slot wrote the job's outcome: a fence that moved because of the
+            # worker's own finish (or wait, or failure) is not a lost lease.
+            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):
+                return
+            # Taken over: the handler's result must not be written.
+            r.ctx.cancelled.set()
+            self._lost(r.ctx.job, _describe(exc))
+        except JobNotFound as exc:
+            # Gone (deleted by an operator): nothing it returns may be written.
             r.ctx.cancelled.set()
             self._lost(r.ctx.job, _describe(exc))
 

@@ -15,30 +15,50 @@ from jobs import access
 from jobs.access import DecisionRefused
 from jobs.admin_scope import ScopedAdmin, TenantFilter
 from jobs.errors import JobError
+from jobs.review import NOTE_MAX_CHARS, seen_event_from
 from jobs.selectors import newest_event
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, Receipt
-from .review import connector_pause_decide, jobs_held_by_pause, operation_decide
+from .review import (
+    OPERATION_DECISIONS,
+    PROVIDER_REFERENCE_MAX_CHARS,
+    connector_pause_decide,
+    jobs_held_by_pause,
+    operation_decide,
+)
+
+
+def _seen_event(text) -> int:
+    """A form's seen state (the job's newest history row its page showed), or its refusal as a form error."""
+    try:
+        return seen_event_from(text)
+    except DecisionRefused as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+def _decision_text(label: str, help_text: str, *, rows: int, required: bool = True) -> forms.CharField:
+    # The service enforces the same maximum; the form shows it (maxlength).
+    return forms.CharField(label=label, required=required, max_length=NOTE_MAX_CHARS, help_text=help_text,
+                           widget=forms.Textarea(attrs={"rows": rows}))
 
 
 class HumanDecisionForm(forms.Form):
     """What an operator found at the provider for an operation in doubt."""
 
-    decision = forms.ChoiceField(
-        label="What the provider shows",
-        widget=forms.RadioSelect,
-        choices=[
-            ("sent", "The provider holds it — record a receipt and resolve the job"),
-            ("not_sent", "The provider does not hold it — send it again (same operation id)"),
-        ],
-    )
+    decision = forms.ChoiceField(label="What the provider shows", widget=forms.RadioSelect,
+                                 choices=list(OPERATION_DECISIONS.items()))
     provider_reference = forms.CharField(required=False, label="Provider reference",
+                                         max_length=PROVIDER_REFERENCE_MAX_CHARS,
                                          help_text="The provider's id for the message (when sent).")
-    reason = forms.CharField(label="Note", widget=forms.Textarea(attrs={"rows": 2}), help_text="Why you are sure.")
-    evidence = forms.CharField(required=False, label="Evidence", widget=forms.Textarea(attrs={"rows": 3}),
-                               help_text="What you looked at (dashboard, support ticket, …).")
-    seen_event = forms.IntegerField(widget=forms.HiddenInput, required=False)
+    reason = _decision_text("Note", "Why you are sure.", rows=2)
+    evidence = _decision_text("Evidence", "What you looked at (dashboard, support ticket, …).", rows=3,
+                              required=False)
+    # Required: the decision is taken on the job as this page showed it.
+    seen_event = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    def clean_seen_event(self):
+        return _seen_event(self.cleaned_data.get("seen_event"))
 
     def clean(self):
         data = super().clean()
@@ -148,10 +168,31 @@ class ReceiptAdmin(ScopedAdmin):
 
 
 class ClearPauseForm(forms.Form):
-    note = forms.CharField(label="Note", widget=forms.Textarea(attrs={"rows": 2}),
-                           help_text="What was fixed (new credentials, provider ticket…).")
+    """Clear a pause and retry the held jobs chosen — each as this page
+    showed it (a hidden `seen_<job id>` per job: its newest history row)."""
+
+    note = _decision_text("Note", "What was fixed (new credentials, provider ticket…).", rows=2)
     retry = forms.MultipleChoiceField(label="Retry the jobs it held back", required=False,
                                       widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args, held=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["retry"].choices = [(str(job.pk), f"{job.key} — {job.action}") for job in held]
+        self.initial.setdefault("retry", [str(job.pk) for job in held])
+        for job in held:
+            self.fields[f"seen_{job.pk}"] = forms.CharField(
+                widget=forms.HiddenInput, required=False, initial=getattr(newest_event(job.pk), "id", ""))
+
+    def chosen(self) -> dict[int, int | None]:
+        """The jobs chosen for a retry → the state the page showed of each
+        (None when that is missing or not an event id: the retry is refused)."""
+        chosen = {}
+        for job_id in self.cleaned_data["retry"]:
+            try:
+                chosen[int(job_id)] = seen_event_from(self.cleaned_data.get(f"seen_{job_id}"))
+            except DecisionRefused:
+                chosen[int(job_id)] = None
+        return chosen
 
 
 @admin.register(ConnectorPause)
@@ -184,16 +225,19 @@ class ConnectorPauseAdmin(ScopedAdmin):
         pause = access.get_visible_or_404(ConnectorPause.objects.all(), request.user, pk=object_id)
         refused = access.refusal(request.user, "clear_pause", tenant=pause.tenant)
         held = list(jobs_held_by_pause(pause)[:200])
-        form = ClearPauseForm(request.POST or None, initial={"retry": [str(job.pk) for job in held]})
-        form.fields["retry"].choices = [(str(job.pk), f"{job.key} — {job.action}") for job in held]
+        form = ClearPauseForm(request.POST or None, held=held)
         if request.method == "POST" and not refused and form.is_valid():
+            chosen = form.chosen()
             try:
-                _, retried = connector_pause_decide(pause_id=pause.pk, user=request.user, note=form.cleaned_data["note"],
-                                                    retry_job_ids=form.cleaned_data["retry"])
+                _, retried = connector_pause_decide(pause_id=pause.pk, user=request.user,
+                                                    note=form.cleaned_data["note"], retry=chosen)
             except DecisionRefused as exc:
                 form.add_error(None, str(exc))
             else:
-                self.message_user(request, f"Cleared {pause}; retried {len(retried)} job(s).", messages.SUCCESS)
+                skipped = len(chosen) - len(retried)
+                moved = f"; {skipped} had changed since you saw them and were left as they are" if skipped else ""
+                self.message_user(request, f"Cleared {pause}; retried {len(retried)} job(s){moved}.",
+                                  messages.SUCCESS)
                 return redirect("admin:operations_connectorpause_change", pause.pk)
         context = {
             **self.admin_site.each_context(request),

@@ -17,14 +17,15 @@ class OperationsConfig(AppConfig):
         register_decision(Decision("clear_pause", "Clear connector pause", "operations.decide_operation",
                                    frozenset({OPERATOR}), frozenset()))
 
-        # The engine's console decisions must respect operations: never
-        # resolve a job around an operation in doubt, never correct a request
-        # the provider may already hold.
+        # The engine's console decisions must respect operations: never end
+        # a job (resolve, cancel, reject) around an operation in doubt, never
+        # correct a request the provider may already hold.
         from jobs.review import register_guard
 
-        from .review import refuse_correction_after_dispatch, refuse_resolve_around_doubt
+        from .review import refuse_correction_after_dispatch, refuse_ending_around_doubt
 
-        register_guard("resolve", refuse_resolve_around_doubt)
+        for ending in ("resolve", "cancel", "reject"):
+            register_guard(ending, refuse_ending_around_doubt)
         register_guard("correct", refuse_correction_after_dispatch)
 
         # Queue health (admin index and `queue_health`) counts operations in doubt.

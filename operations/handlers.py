@@ -73,6 +73,10 @@ def send_email(ctx: JobContext) -> dict:
     and whatever `operation_perform` raises.
     """
     payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+    # No business record to re-check: `operation_perform` itself reconciles
+    # a step in doubt before anything else (`operation_settle` is for the
+    # actions that may decide not to send). The payload cannot change under
+    # an operation: a correction is a new step (`send_step`).
     problems = [name for name in ("to", "subject", "body") if not isinstance(payload.get(name), str)]
     if problems:
         raise PermanentError(f"the payload needs {', '.join(problems)} as text; nothing was sent")

@@ -27,6 +27,11 @@ The job's lease fences the job table, not the provider (DESIGN §6). So:
 5. A new intent is recorded only when the tenant's limits and pauses for the
    job's action allow it (`operations.limits.dispatch_gate`, under the same
    fence): otherwise the job waits (`Deferred`) and nothing is sent.
+6. A handler asks `operation_settle(ctx, step=…)` before it re-checks
+   whether the step should still happen (the invoice paid since, the quote
+   answered): an intent that may have reached the provider is reconciled
+   first, so the outcome names what the provider holds — never "not sent"
+   for an email the provider accepted, never an operation left in doubt.
 
 Failures are raised as the engine's handler errors, so the retry policy
 decides what happens to the job: `TransientError` (retry; the retry
@@ -71,7 +76,7 @@ from .limits import dispatch_gate
 from .models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
 from .states import operation_transition
 
-__all__ = ["operation_perform", "EMAIL_SEND", "CRASH_AFTER_INTENDED_ENV"]
+__all__ = ["operation_perform", "operation_settle", "EMAIL_SEND", "CRASH_AFTER_INTENDED_ENV"]
 
 EMAIL_SEND = "email.send"
 CRASH_AFTER_INTENDED_ENV = "OPERATIONS_CRASH_AFTER_INTENDED"
@@ -138,6 +143,50 @@ def operation_perform(
     return _dispatch(ctx, connector, operation)
 
 
+def operation_settle(ctx: JobContext, *, step: str) -> Receipt | None:
+    """What the provider holds of this job step, found out before the
+    handler decides anything else — the rule every action follows: an
+    operation that may have reached the provider is reconciled before any
+    business re-check ("is the invoice still unpaid?") may decide the outcome.
+
+    Returns the step's receipt when the provider holds it (recorded now by a
+    lookup, or earlier), and None when nothing of the step can be at the
+    provider: no intent was ever recorded, the provider confirmed it did not
+    accept it (FAILED, REJECTED), or a lookup made after the last request
+    could have landed finds nothing — the operation is then recorded FAILED
+    (safe to send, never left in doubt), so a handler that no longer wants to
+    send strands nothing. A provider that offers idempotency keys but no
+    lookup can only be asked by the same request under the same key: it
+    answers with the message it holds or accepts it now (at most one exists
+    either way). A provider offering neither needs a human.
+
+    Raises what `operation_perform` raises for reconciliation:
+    `TransientError` (the provider cannot say yet; the retry asks again),
+    `NeedsAttention`, `AuthError`/`ConnectorPaused`, `PermanentError` (an
+    unknown provider) and `jobs.errors.Conflict`.
+    """
+    operation = Operation.objects.filter(job_id=ctx.job.pk, step=step).select_related("receipt").first()
+    if operation is None or operation.state in (S.FAILED, S.REJECTED):
+        return None
+    if operation.state == S.ACCEPTED:
+        return operation.receipt
+    if operation.state == S.NEEDS_INVESTIGATION:
+        raise NeedsAttention(_under_investigation(operation))
+    try:
+        connector = get_connector(operation.provider)
+    except UnknownProvider as exc:
+        raise PermanentError(f"cannot reconcile {_describe(operation)}: {exc}") from exc
+    pause = ConnectorPause.objects.filter(tenant=ctx.tenant, provider=operation.provider,
+                                          cleared_at__isnull=True).first()
+    if pause is not None:
+        raise ConnectorPaused(_paused_reason(pause))
+    receipt = _reconcile(ctx, connector, operation, miss_means_not_held=True)
+    if receipt is not None or operation.state == S.FAILED:
+        return receipt
+    # Only a resend under the same key can tell (recorded INTENDED above).
+    return _dispatch(ctx, connector, operation)
+
+
 # ---------------------------------------------------------------- 1. the intent
 
 
@@ -193,11 +242,13 @@ def _begin(ctx: JobContext, *, step: str, provider: str, kind: str, request: dic
         if operation.state in (S.INTENDED, S.UNKNOWN):
             return _Plan(operation=operation, reconcile=True)
         # NEEDS_INVESTIGATION: only a human can say what became of it.
-        return _Plan(error=NeedsAttention(
-            f"{_describe(operation)} (operation {operation.id}) is under investigation: {operation.last_error} "
+        return _Plan(error=NeedsAttention(_under_investigation(operation)))
+
+
+def _under_investigation(operation: Operation) -> str:
+    return (f"{_describe(operation)} (operation {operation.id}) is under investigation: {operation.last_error} "
             f"Record what the provider shows (mark it sent with evidence, or confirm it was not sent) "
-            f"before this job can go on."
-        ))
+            f"before this job can go on.")
 
 
 def _mismatch(operation: Operation, *, provider: str, kind: str, digest: str) -> str:
@@ -219,13 +270,19 @@ def _fault_crash_after_intended() -> None:
 # ---------------------------------------------------------------- 3. reconciliation
 
 
-def _reconcile(ctx: JobContext, connector: Connector, operation: Operation) -> Receipt | None:
+def _reconcile(ctx: JobContext, connector: Connector, operation: Operation, *,
+               miss_means_not_held: bool = False) -> Receipt | None:
     """Find out whether the provider holds an in-doubt operation.
 
     Returns its receipt when the provider holds it; returns None once a
     resend has been recorded under the fence and is safe (the provider
     deduplicates by key, or a lookup shows it holds nothing); raises
     otherwise. Plans only from the connector's declared capabilities.
+
+    With `miss_means_not_held` (`operation_settle`: the handler has yet to
+    decide whether to send at all) a lookup that finds nothing, once any
+    request could have landed, records the operation FAILED instead of
+    preparing a resend.
     """
     capabilities = connector.capabilities
     if capabilities.lookup:
@@ -235,10 +292,11 @@ def _reconcile(ctx: JobContext, connector: Connector, operation: Operation) -> R
             raise _lookup_failed(ctx, connector, operation, exc) from exc
         if found is not None:
             return _accept(ctx, operation, found, how=ReceiptHow.LOOKUP)
-        if not capabilities.idempotency_key:
+        if miss_means_not_held or not capabilities.idempotency_key:
             # A request started moments ago may still be on its way in; only
             # a miss after that window means "not accepted". (This narrows
-            # the race, it cannot close it: only an idempotency key does.)
+            # the race, it cannot close it: only an idempotency key does —
+            # and it does not help a handler that may decide not to send.)
             wait = _settle_remaining(connector, operation)
             if wait > 0:
                 raise _transient(
@@ -247,6 +305,14 @@ def _reconcile(ctx: JobContext, connector: Connector, operation: Operation) -> R
                     f"{_settle_seconds(connector) - wait:.1f}s ago and may still arrive; looking again in {wait:.1f}s",
                     retry_after=wait,
                 )
+        if miss_means_not_held:
+            with ctx.under_fence():
+                operation.refresh_from_db()
+                _record(ctx, operation, "lookup_miss", to_state=S.FAILED,
+                        reason=f"lookup at {connector.name} found no message for {operation.id} after any request "
+                               f"could have landed: the provider does not hold it (safe to send again)",
+                        last_error="")
+            return None
         _prepare_resend(ctx, operation, kind="lookup_miss",
                         reason=f"lookup at {connector.name} found no message for {operation.id}; sending it "
                                f"(attempt {operation.attempts + 1})")

@@ -67,11 +67,14 @@ def operation_resolve_by_human(
     return receipt
 
 
-def operation_confirm_not_accepted(*, operation: Operation, actor: str, reason: str, evidence: dict | None = None):
+def operation_confirm_not_accepted(*, operation: Operation, actor: str, reason: str, evidence: dict | None = None,
+                                   cancel_job: bool = False):
     """A person confirms the provider does not hold an in-doubt operation
     (INTENDED, UNKNOWN or NEEDS_INVESTIGATION): it becomes FAILED — safe to
     send again — and its job goes back to work (`Store.retry`), where the next
-    attempt sends it under the same operation id.
+    attempt sends it under the same operation id; with `cancel_job` the job
+    is cancelled instead (`Store.cancel`): nothing is sent, and neither the
+    operation nor the job is left undecided.
 
     Raises `OperationStateError` for an operation not in doubt or an empty
     `actor`/`reason`, and `jobs.errors.InvalidTransition` when the job is not
@@ -86,8 +89,9 @@ def operation_confirm_not_accepted(*, operation: Operation, actor: str, reason: 
                 f"operation {operation.id} is {operation.state}, not in doubt; nothing to confirm"
             )
         job = operation.job
-        Store().retry(job.tenant, job.key, reason=f"{reason} (operation {operation.id} confirmed not sent)",
-                      actor=actor, detail={"operation": str(operation.id)})
+        decide = Store().cancel if cancel_job else Store().retry
+        decide(job.tenant, job.key, reason=f"{reason} (operation {operation.id} confirmed not sent)",
+               actor=actor, detail={"operation": str(operation.id)})
         _human_change(operation, "human_not_accepted", S.FAILED, actor=actor, reason=reason,
                       detail={"evidence": evidence or {}}, last_error=f"confirmed not sent by {actor}: {reason}")
     return operation

@@ -3,6 +3,8 @@ state may change, and the one function that changes it with its history row.
 
     INTENDED ──accept──▶ ACCEPTED            (the provider holds it; terminal)
        │  ├──unknown──▶ UNKNOWN ──resend/lookup miss──▶ INTENDED
+       │  │      (a lookup miss before the handler decides whether to send
+       │  │       at all — `protocol.operation_settle` — ──▶ FAILED)
        │  ├──reject───▶ REJECTED ──send again after review──▶ INTENDED
        │  ├──fail─────▶ FAILED ──send again──▶ INTENDED
        │  └──investigate──▶ NEEDS_INVESTIGATION ──human──▶ ACCEPTED | FAILED

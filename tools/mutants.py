@@ -45,6 +45,8 @@ CLAIM_SCALE = "tests/jobs/test_claim_scale_pg.py"
 DECISIONS = "tests/console/test_decisions.py"
 SCHEDULES = "tests/jobs/test_schedules.py"
 TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
+EFFECTS_IN_DOUBT = "tests/company/test_effects_in_doubt.py"
+DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -245,6 +247,57 @@ MUTANTS: list[Mutant] = [
              '    return (_jobs(jobs).filter(wake_at__isnull=False, wake_at__lte=at, state__in=["WAITING_EXTERNAL", '
              '"WAITING_REVIEW"])'),),
         ("tests/jobs/test_waiting_scale.py",)),
+    # Effects in doubt, decisions that strand nothing, bad input.
+    Mutant("settle-before-business-check", "a reminder in doubt is reconciled before the invoice is re-checked", (
+        Edit("company/handlers.py", '    sent = operation_settle(ctx, step="reminder")', "    sent = None"),),
+        (f"{EFFECTS_IN_DOUBT}::test_a_reminder_accepted_but_unanswered_is_reported_sent_after_the_invoice_changed",)),
+    Mutant("settle-follow-up", "a follow-up in doubt is reconciled before the quote is re-checked", (
+        Edit("company/handlers.py", '    sent = operation_settle(ctx, step="follow-up")', "    sent = None"),),
+        (f"{EFFECTS_IN_DOUBT}::test_a_follow_up_accepted_but_unanswered_is_reported_sent_after_the_quote_was_answered",)),
+    Mutant("settle-miss-not-held", "a lookup miss before the business re-check records FAILED and sends nothing", (
+        Edit("operations/protocol.py", "        if miss_means_not_held:", "        if False:"),),
+        (f"{EFFECTS_IN_DOUBT}::test_a_reminder_the_provider_never_got_is_not_sent_and_its_operation_is_no_longer_in_doubt",)),
+    Mutant("cancel-around-doubt", "cancelling a job whose operation is in doubt goes through the operation", (
+        Edit("operations/apps.py", 'for ending in ("resolve", "cancel", "reject"):', 'for ending in ("resolve", "reject"):'),),
+        (f"{DECISIONS_HARDENING}::test_cancelling_a_job_whose_operation_is_in_doubt_is_refused_and_nothing_changes",)),
+    Mutant("seen-state-required", "a decision that does not say which state its person saw is refused", (
+        Edit("jobs/review.py", "        raise DecisionRefused(_NOT_SEEN)", "        return", after="def check_seen("),),
+        (f"{DECISIONS_HARDENING}::test_a_crafted_operation_decision_without_the_seen_state_is_refused",
+         f"{DECISIONS_HARDENING}::test_every_decision_service_refuses_without_the_seen_state")),
+    Mutant("note-maximum", "a note or evidence longer than the maximum is refused", (
+        Edit("jobs/review.py", "    if len(text) > NOTE_MAX_CHARS:", "    if False:"),),
+        (f"{DECISIONS_HARDENING}::test_a_note_of_several_pages_is_refused_and_nothing_is_stored",
+         f"{DECISIONS_HARDENING}::test_evidence_of_several_pages_is_refused_on_every_decision_that_takes_it")),
+    Mutant("strict-request-number", "a number from a request is ASCII digits (never a 500 on '²')", (
+        Edit("durable/numbers.py", "        if not _WHOLE.fullmatch(text):", "        if not text.lstrip('-').isdigit():"),),
+        (f"{DECISIONS_HARDENING}::test_a_decision_with_a_seen_state_that_is_not_an_event_id_is_refused_never_a_500",)),
+    Mutant("finite-flag", "a numeric flag is finite (no run_worker --lease-ttl 1e999)", (
+        Edit("durable/numbers.py", "    if not math.isfinite(value):", "    if False:"),),
+        ("tests/test_command_flags.py::test_a_finite_number_is_finite_and_decimal",)),
+    Mutant("redaction-referred-to", "redaction keeps what something live refers to, as deletion does", (
+        Edit("jobs/retention.py", "        keep = _referred_to(candidates)", "        keep = set()", after="def _redact("),),
+        ("tests/jobs/test_retention.py::test_redaction_keeps_the_bodies_something_live_still_refers_to",)),
+    Mutant("redaction-leaves-due-for-deletion", "rows past retention deletion did not reach are not redacted", (
+        Edit("jobs/retention.py", "            unredacted = unredacted.filter(finished_at__gte=retention_cutoff)",
+             "            unredacted = unredacted"),),
+        ("tests/jobs/test_retention.py::test_when_deletion_stops_at_its_batch_limit_redaction_leaves_the_rows_due_"
+         "for_deletion",)),
+    Mutant("resend-within-lease", "the resend backoff of a write in doubt is bounded by its lease", (
+        Edit("jobs/worker.py", "        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))", "        delay = delay"),),
+        ("tests/jobs/test_worker_writes.py::test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage",)),
+    Mutant("renewal-own-outcome", "a renewal that finds the job's own outcome is not a lost lease", (
+        Edit("jobs/worker.py", "            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):",
+             "            if False:"),),
+        ("tests/jobs/test_worker_writes.py::test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease",)),
+    Mutant("proposal-created-by-its-insert", "created is true only for the proposal whose insert made the job", (
+        Edit("company/services.py", "            if not created:", "            if False:"),),
+        ("tests/company/test_concurrent_proposals_pg.py::test_a_proposal_of_a_key_the_outbox_creates_at_the_same_"
+         "moment_is_not_created",), postgres=True),
+    Mutant("proposal-race-returns-winner", "a proposal racing another of its key returns the winner's job", (
+        Edit("company/services.py", "        job = job_by_key(tenant=tenant.slug, key=job_key)", "        job = None",
+             after="made this insert wait for it): its job is the one."),),
+        ("tests/company/test_concurrent_proposals_pg.py::test_two_proposals_of_one_key_at_once_make_one_job_and_the_"
+         "second_is_told_it_exists",), postgres=True),
     Mutant("auth-never-retries", "an authentication failure goes to an operator, never retried", (
         Edit("jobs/retry.py", "    if failure is Failure.AUTH:", "    if False:"),),
         ("tests/jobs/test_retry.py", "tests/jobs/test_worker.py::test_auth_error_is_never_attempted_twice",

@@ -280,3 +280,26 @@ def test_a_reviewer_approves_a_quote_of_their_tenant_and_never_sees_another_tena
     assert Quote.objects.get(pk=mine.pk).status == "APPROVED"
     assert page.goto(f"{live_server.url}/admin/company/quote/{theirs.pk}/change/").status == 404
     assert Quote.objects.get(pk=theirs.pk).status == "DRAFT"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_cancels_a_job_in_doubt_through_its_operations_decision(login, live_server):
+    from tests.factories import OperationFactory
+
+    job = make_job("reminder-7", "NEEDS_ATTENTION", action="connectors.send_email",
+                   payload={"to": "ada@example.com", "subject": "Reminder", "body": "Hello"})
+    op = OperationFactory(job=job, provider="sim-bare", request=job.payload, state="NEEDS_INVESTIGATION")
+    page = login("operator")
+    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
+    page.get_by_text("Not offered now — Resolve with evidence, Cancel").wait_for()
+    assert page.get_by_role("form", name="Cancel").count() == 0
+    shot(page, "decision-in-doubt")
+    page.get_by_role("link", name="Decide what became of operation").click()
+    page.get_by_label("The provider does not hold it — cancel the job (nothing is sent)").check()
+    page.get_by_label("Note").fill("not in the provider's log; the customer paid meanwhile")
+    shot(page, "operation-decision")
+    page.get_by_role("button", name="Record decision").click()
+    page.get_by_text("Recorded your decision").wait_for()
+    job.refresh_from_db()
+    op.refresh_from_db()
+    assert (job.state, op.state) == ("CANCELLED", "FAILED")

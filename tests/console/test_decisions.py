@@ -205,9 +205,10 @@ def test_clearing_a_pause_retries_the_jobs_it_held_back(client, people):
     client.force_login(people["operator"])
     page = client.get(f"/admin/operations/connectorpause/{pause.pk}/clear/").content.decode()
     assert "q-1" in page and "q-2" not in page
+    assert f'name="seen_{store_job.pk}" value="{newest_event(store_job)}"' in page  # the state it showed
 
     client.post(f"/admin/operations/connectorpause/{pause.pk}/clear/",
-                {"note": "key rotated", "retry": [str(store_job.pk)]})
+                {"note": "key rotated", "retry": [str(store_job.pk)], f"seen_{store_job.pk}": newest_event(store_job)})
 
     pause.refresh_from_db()
     store_job.refresh_from_db()

@@ -73,6 +73,21 @@ def test_a_400_digit_timestamp_is_a_400(client):
     assert "clock" in response.json()["error"]
 
 
+@pytest.mark.parametrize("shape", ["underscores", "a plus sign", "a superscript"])
+def test_a_signed_timestamp_that_is_not_plain_digits_is_refused_and_nothing_is_recorded(client, store, shape):
+    # Issue 20, item 8: a number from a request is read strictly (int()
+    # alone would take "1_700…" and "+1700…"; "²" passes str.isdigit()).
+    now = str(int(time.time()))
+    timestamp = {"underscores": f"{now[:4]}_{now[4:]}", "a plus sign": f"+{now}", "a superscript": f"{now}²"}[shape]
+    job = waiting(store)
+
+    response = post(client, event(), timestamp=timestamp)
+
+    assert response.status_code == 401 and "digits 0-9" in response.json()["error"]
+    assert not InboundEvent.objects.exists()
+    assert Job.objects.get(pk=job.pk).state == "WAITING_EXTERNAL"
+
+
 def test_an_event_resumes_a_job_waiting_on_its_provider_in_a_bound_tenant(client, store):
     job = waiting(store)
     assert post(client, event()).json()["status"] == "applied"

@@ -115,3 +115,59 @@ def test_prune_command_reports_what_it_removed(store, capsys):
     call_command("prune", "--days", "30")
     out = capsys.readouterr().out
     assert "1 jobs.Job" in out and not Job.objects.exists()
+
+
+def _in_doubt(job):
+    operation(job, OperationState.UNKNOWN, receipt=False)
+
+
+def _pending_timer(job):
+    TimerFactory(job=job, reason="remind")
+
+
+def _unmatched_inbound(job):
+    InboundEventFactory(event_id=f"e-{job.pk}", job=job)
+
+
+def _named_by_a_pause(job):
+    ConnectorPauseFactory(provider="sim-idempotent", operation=operation(job, OperationState.FAILED, receipt=False))
+
+
+@pytest.mark.parametrize("refers", [_in_doubt, _pending_timer, _unmatched_inbound, _named_by_a_pause],
+                         ids=["operation in doubt", "pending timer", "unmatched inbound event", "pause in force"])
+def test_redaction_keeps_the_bodies_something_live_still_refers_to(store, refers):
+    # The operator deciding an operation in doubt must still see what was
+    # asked of the provider: redaction obeys deletion's "referred to" rule.
+    job = finished(store, "last-week", days_ago=10)
+    refers(job)
+    plain = finished(store, "last-week-plain", days_ago=10)
+
+    report = retention_sweep(retention_days=30, redact_after_days=7)
+
+    job.refresh_from_db()
+    plain.refresh_from_db()
+    assert job.redacted_at is None and job.payload == {"body": "secret of last-week"}
+    assert all(op.request["body"] == "the email body" for op in Operation.objects.filter(job=job))
+    assert plain.redacted_at is not None  # the rule keeps only what is referred to
+    assert report.redacted["jobs.Job.payload"] == 1 and report.kept_unredacted == 1
+
+
+def test_when_deletion_stops_at_its_batch_limit_redaction_leaves_the_rows_due_for_deletion(store):
+    due_for_deletion = [finished(store, f"old-{n}", days_ago=40) for n in range(5)]
+    for job in due_for_deletion:
+        operation(job)
+    recent = finished(store, "last-week", days_ago=10)
+
+    report = retention_sweep(retention_days=30, redact_after_days=7, batch_size=2, max_batches=1)
+
+    assert report.deleted["jobs.Job"] == 2
+    left = Job.objects.filter(key__startswith="old-")
+    assert left.count() == 3
+    # Not rewritten on their way out: the next sweep deletes them.
+    assert all(job.redacted_at is None and job.payload["body"] for job in left)
+    assert all(op.request["body"] == "the email body" for op in Operation.objects.filter(job__in=left))
+    recent.refresh_from_db()
+    assert recent.redacted_at is not None
+    assert report.redacted["jobs.Job.payload"] == 1
+    retention_sweep(retention_days=30, redact_after_days=7, batch_size=2)
+    assert not Job.objects.filter(key__startswith="old-").exists()

@@ -234,7 +234,7 @@ def test_json_log_lines_carry_the_job_identity(store, manage):
 
 def test_bad_options_are_refused_with_a_clear_error(manage):
     result = manage.run("run_worker", "--concurrency", "0", check=False)
-    assert result.returncode != 0 and "--concurrency must be at least 1" in result.stderr
+    assert result.returncode != 0 and "argument --concurrency: must be a whole number at least 1" in result.stderr
 
 
 def test_a_failing_periodic_task_is_logged_and_the_worker_carries_on(store):

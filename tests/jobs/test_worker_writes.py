@@ -7,6 +7,7 @@ recovered). In-process workers on the real database; a failing write is
 refused by the database itself (a trigger), and a reply lost after the commit
 is a real commit followed by a connection error."""
 
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from jobs.models import Job
 from jobs.states import State
 from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -343,3 +345,144 @@ def test_recorded_by_names_only_that_worker_s_outcomes_of_that_kind_under_that_e
     q1.lease_epoch = 2
     assert store.recorded_by("w1", [q1], "finish") == {}  # another claim of the job
     assert store.recorded_by("w1", [], "finish") == {}
+
+
+class RenewsAfterItsOwnOutcome(Store):
+    """The heartbeat race made certain: a renewal whose copy of the running
+    jobs was taken while the handler ran goes to the database only once the
+    handler's own outcome (`state`) has committed."""
+
+    def __init__(self, state: str):
+        super().__init__()
+        self.state, self.renewing, self.renewals = state, threading.Event(), 0
+
+    def renew(self, tenant, key, worker_id, epoch, **kwargs):
+        self.renewals += 1
+        self.renewing.set()
+        wait_for(lambda: Job.objects.filter(tenant=tenant, key=key, state=self.state).exists(),
+                 what=f"{key}'s own outcome ({self.state})")
+        return super().renew(tenant, key, worker_id, epoch, **kwargs)
+
+
+@action("test.outcome_while_renewed")
+def outcome_while_renewed(ctx):
+    """Returns (or fails) once the heartbeat has started renewing this job."""
+    assert ctx.store.renewing.wait(20), "the heartbeat never renewed the running job"
+    RUNS[ctx.key] += 1
+    if ctx.payload.get("outcome") == "wait":
+        return Wait(State.WAITING_EXTERNAL, reason="the customer's reply")
+    if ctx.payload.get("outcome") == "fail":
+        raise TransientError("the provider timed out", retry_after=600)
+    return {"ok": True}
+
+
+@pytest.mark.parametrize("outcome, state, counter", [("finish", "DONE", "done"), ("wait", "WAITING_EXTERNAL",
+                                                                                  "waiting"),
+                                                     ("fail", "READY", "retried")])
+def test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease(store, caplog, outcome, state, counter):
+    # Issue 20, item 6: the heartbeat copies the running jobs, then renews
+    # each; the slot's own finish committing in between makes that renewal
+    # hit Conflict — which is the worker's own outcome, not a lost lease.
+    RUNS.clear()
+    store.enqueue("studio", "q-1", action="test.outcome_while_renewed", payload={"outcome": outcome})
+    racing = RenewsAfterItsOwnOutcome(state)
+
+    worker = run_until_idle(store=racing, lease_ttl=0.3)
+
+    assert racing.renewals >= 1
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, RUNS["q-1"]) == (state, 1, 1)
+    assert (worker.stats[counter], worker.stats["lost"]) == (1, 0)
+    assert not events(caplog, "job.fence_lost")
+
+
+# ---------------------------------------------------------------- writes in doubt outlive no lease (issue 20, item 5)
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.parametrize("lease", [0.3, 1.0, 5.0, 30.0])
+def test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage(lease):
+    # Whatever the jitter draws (its worst case here) and however long the
+    # database stays down, the first try after it is back lands before the
+    # lease runs out — for every moment the outage may end.
+    from jobs.worker import RESEND_MIN_DELAY, db_retry_delay
+
+    for back_at in [lease * k / 40 for k in range(40)]:
+        t, failures = 0.0, 0
+        while t < back_at:  # each try before the database is back fails
+            failures += 1
+            delay = db_retry_delay(failures, jitter=0.999999, lease_left=lease - t)
+            assert delay <= max(RESEND_MIN_DELAY, (lease - t) / 2)
+            t += delay
+        assert t < lease or lease - back_at < 2 * RESEND_MIN_DELAY, (lease, back_at, t)
+    # Without a write in doubt the backoff is the plain one, up to 30 s.
+    assert db_retry_delay(10, jitter=0.999999) > 29
+
+
+OUTAGE_SECONDS = 3.5
+RUNS_AFTER_OUTAGE: Counter = Counter()
+
+
+@action("test.finishes_into_an_outage")
+def finishes_into_an_outage(ctx):
+    """The first run finishes just as the database starts refusing every
+    write of a finished job for a while (see `outage_of_finishes`)."""
+    RUNS_AFTER_OUTAGE[ctx.key] += 1
+    if RUNS_AFTER_OUTAGE[ctx.key] == 1:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE test_outage SET until = clock_timestamp() + make_interval(secs => %s)",
+                           [OUTAGE_SECONDS])
+    return {"run": RUNS_AFTER_OUTAGE[ctx.key]}
+
+
+@contextmanager
+def outage_of_finishes():
+    """Every write that finishes a job fails as a broken connection does
+    (SQLSTATE 08006) until `test_outage.until` — set by the handler."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE test_outage (until timestamptz)")
+        cursor.execute("INSERT INTO test_outage VALUES (NULL)")
+        cursor.execute(
+            "CREATE FUNCTION test_refuse_during_outage() RETURNS trigger AS $$ BEGIN "
+            "IF NEW.state = 'DONE' AND clock_timestamp() < (SELECT until FROM test_outage) THEN "
+            "RAISE EXCEPTION 'the database is restarting (test outage)' USING ERRCODE = '08006'; "
+            "END IF; RETURN NEW; END $$ LANGUAGE plpgsql")
+        cursor.execute("CREATE TRIGGER test_refuse_during_outage BEFORE UPDATE ON jobs_job "
+                       "FOR EACH ROW EXECUTE FUNCTION test_refuse_during_outage()")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_refuse_during_outage ON jobs_job")
+            cursor.execute("DROP FUNCTION test_refuse_during_outage()")
+            cursor.execute("DROP TABLE test_outage")
+
+
+@pytest.mark.postgres
+def test_a_finish_in_doubt_through_an_outage_is_resent_before_its_lease_expires(store, caplog, monkeypatch):
+    # The outage starts as the handler finishes and lasts 3.5 s of a 5 s
+    # lease; another worker recovers the lease the moment it expires. With
+    # the backoff's jitter at its worst, an unbounded backoff resends the
+    # finish after 7 s — the job recovered and its handler run twice.
+    import random
+
+    RUNS_AFTER_OUTAGE.clear()
+    monkeypatch.setattr(random, "random", lambda: 0.999)
+    store.enqueue("studio", "q-1", action="test.finishes_into_an_outage")
+    worker = Worker(WorkerConfig(worker_id="w1", until_idle=True, poll_interval=0.05, lease_ttl=5.0))
+    with outage_of_finishes():
+        running = threading.Thread(target=worker.run)
+        running.start()
+        recovered = []
+        try:
+            while running.is_alive():  # the other worker's recovery sweep
+                recovered += Store().recover_expired(actor="w2")
+                running.join(timeout=0.02)
+        finally:
+            connection.close()
+
+    job = Job.objects.get(key="q-1")
+    assert (job.state, job.lease_epoch, job.result) == ("DONE", 1, {"run": 1})
+    assert RUNS_AFTER_OUTAGE["q-1"] == 1 and recovered == []
+    assert (worker.stats["done"], worker.stats["lost"], worker.stats["unrecorded"]) == (1, 0, 0)
+    assert events(caplog, "job.write_in_doubt")

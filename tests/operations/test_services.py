@@ -3,6 +3,7 @@
 import pytest
 
 from jobs.errors import InvalidTransition, NeedsAttention
+from jobs.selectors import newest_event
 from operations.digest import canonical_json, request_digest
 from operations.errors import OperationStateError
 from operations.models import Operation, OperationEvent, Receipt
@@ -169,7 +170,7 @@ def test_operator_decides_an_operation_in_doubt_in_the_admin(admin_client, in_do
     [message] = in_doubt.messages()
     done = admin_client.post(f"/admin/operations/operation/{op.pk}/decide/",
                              {"decision": "sent", "provider_reference": message["id"], "reason": "in the dashboard",
-                              "evidence": "status: delivered"})
+                              "evidence": "status: delivered", "seen_event": newest_event(op.job_id).id})
     assert done.status_code == 302
     op.refresh_from_db()
     assert (op.state, op.receipt.how, op.receipt.recorded_by) == ("ACCEPTED", "human", "admin")

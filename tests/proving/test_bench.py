@@ -66,5 +66,5 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
 def test_repeat_must_be_at_least_one():
     from django.core.management import CommandError, call_command
 
-    with pytest.raises(CommandError, match="--repeat must be at least 1"):
+    with pytest.raises(CommandError, match="argument --repeat: must be a whole number at least 1"):
         call_command("bench", "--repeat", "0")

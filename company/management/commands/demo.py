@@ -73,6 +73,7 @@ from company.services import (
 )
 from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
+from durable.numbers import whole_flag
 from jobs import access
 from jobs.inbound import signature_for
 from jobs.review import job_reject
@@ -178,7 +179,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", default="demo", help="Tenant slug (default: demo).")
-        parser.add_argument("--port", type=int, default=8000, help="Port the admin is served on (default: 8000).")
+        parser.add_argument("--port", type=whole_flag(1, 65535), default=8000,
+                            help="Port the admin is served on (default: 8000).")
 
     def handle(self, *args, **opts):
         refuse_in_production("the demo creates users with known passwords")

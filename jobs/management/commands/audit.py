@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from durable.numbers import whole_flag
 from jobs.audit import consistency_audit
 
 
@@ -11,7 +12,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--limit", type=int, default=200, help="Most findings per check. Default 200.")
+        parser.add_argument("--limit", type=whole_flag(1, 100_000), default=200,
+                            help="Most findings per check (1-100000). Default 200.")
 
     def handle(self, *args, **opts):
         report = consistency_audit(limit=opts["limit"])

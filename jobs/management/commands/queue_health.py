@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from durable.numbers import number_flag
 from jobs.health import queue_health
 
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="Print one JSON object.")
         parser.add_argument("--check", action="store_true", help="Exit 1 when the queues look unhealthy.")
-        parser.add_argument("--max-outbox-age", type=float, default=300.0,
+        parser.add_argument("--max-outbox-age", type=number_flag(minimum=0, maximum=10**9), default=300.0,
                             help="Seconds the oldest unpublished event may wait before --check fails. Default 300.")
 
     def handle(self, *args, **opts):

@@ -1,9 +1,10 @@
 import signal
 import threading
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
+from durable.numbers import number_flag, whole_flag
 from jobs import notify
 from jobs.outbox import outbox_relay
 
@@ -17,14 +18,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="One pass of at most --limit events, then exit.")
-        parser.add_argument("--limit", type=int, default=100, help="Events handled per pass. Default 100.")
-        parser.add_argument("--poll-interval", type=float, default=2.0,
-                            help="Longest sleep between passes when no notification arrives. Default 2.")
+        parser.add_argument("--limit", type=whole_flag(1, 100_000), default=100,
+                            help="Events handled per pass (1-100000). Default 100.")
+        parser.add_argument("--poll-interval", type=number_flag(minimum=0.01, maximum=3600), default=2.0,
+                            help="Longest sleep between passes when no notification arrives, in seconds "
+                                 "(0.01-3600). Default 2.")
         parser.add_argument("--relay-id", default="relay", help="Name used in log lines.")
 
     def handle(self, *args, **opts):
-        if opts["limit"] < 1:
-            raise CommandError("--limit must be at least 1")
         if opts["once"]:
             handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
             self.stdout.write(f"handled {handled} outbox event(s)")

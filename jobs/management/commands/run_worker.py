@@ -2,6 +2,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
+from durable.numbers import number_flag, whole_flag
 from jobs.logformat import LogFormatter
 from jobs.worker import Worker, WorkerConfig, default_worker_id
 
@@ -17,40 +18,37 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--worker-id", default=None,
                             help="Identity used in fences and history (default: host:pid:random, new per start).")
-        parser.add_argument("--concurrency", type=int, default=1, help="Handlers run at once (threads). Default 1.")
+        parser.add_argument("--concurrency", type=whole_flag(1, 256), default=1,
+                            help="Handlers run at once (threads), 1-256. Default 1.")
         parser.add_argument("--until-idle", action="store_true",
                             help="Exit 0 once nothing is eligible and nothing is running.")
-        parser.add_argument("--lease-ttl", type=float, default=30.0,
-                            help="Seconds a claim lasts without renewal; renewed every ttl/3. Default 30.")
+        parser.add_argument("--lease-ttl", type=number_flag(minimum=0.5, maximum=86400), default=30.0,
+                            help="Seconds a claim lasts without renewal (0.5-86400); renewed every ttl/3. "
+                                 "Default 30.")
         parser.add_argument("--tenant", action="append", dest="tenants", metavar="T",
                             help="Only claim jobs of this tenant (repeatable).")
         parser.add_argument("--action", action="append", dest="actions", metavar="A",
                             help="Only claim jobs of this action (repeatable).")
-        parser.add_argument("--grace", type=float, default=30.0,
-                            help="Seconds running handlers get to finish after SIGTERM/SIGINT. Default 30.")
-        parser.add_argument("--poll-interval", type=float, default=2.0,
-                            help="Longest idle sleep between polls when no notification arrives. Default 2.")
-        parser.add_argument("--batch", type=int, default=1, metavar="N",
+        parser.add_argument("--grace", type=number_flag(minimum=0, maximum=86400), default=30.0,
+                            help="Seconds running handlers get to finish after SIGTERM/SIGINT (0-86400). "
+                                 "Default 30.")
+        parser.add_argument("--poll-interval", type=number_flag(minimum=0.01, maximum=3600), default=2.0,
+                            help="Longest idle sleep between polls when no notification arrives, in seconds "
+                                 "(0.01-3600). Default 2.")
+        parser.add_argument("--batch", type=whole_flag(1, 1000), default=1, metavar="N",
                             help="Claim up to N jobs at once per slot (one statement), run them one after the "
                                  "other and write their successes together (with the next batch's claim). Each job keeps "
                                  "its own epoch and fence; on shutdown the ones not started are handed back. A "
                                  "batch logs one line per claim and per write (each job's lines at DEBUG). "
-                                 "Default 1.")
+                                 "1-1000; default 1.")
         parser.add_argument("--log-format", choices=["text", "json"], default="text",
                             help="One line per event: text (default) or JSON.")
-        parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+        parser.add_argument("--metrics-port", type=whole_flag(1, 65535), default=None, metavar="PORT",
                             help="Serve this worker's Prometheus counters (jobs by outcome, handler durations) "
                                  "on http://0.0.0.0:PORT/metrics. Default: not served.")
 
     def handle(self, *args, **opts):
-        if opts["concurrency"] < 1:
-            raise CommandError("--concurrency must be at least 1")
-        if opts["batch"] < 1:
-            raise CommandError("--batch must be at least 1")
-        if opts["lease_ttl"] <= 0:
-            raise CommandError("--lease-ttl must be positive")
-        if opts["grace"] < 0:
-            raise CommandError("--grace must not be negative")
+        # Every number was range-checked by the parser (`durable.numbers`).
         handler = logging.StreamHandler(self.stdout._out)
         handler.setFormatter(LogFormatter(opts["log_format"]))
         logger = logging.getLogger("jobs")
@@ -69,8 +67,6 @@ class Command(BaseCommand):
             batch=opts["batch"],
         )
         if opts["metrics_port"] is not None:
-            if not 0 < opts["metrics_port"] < 65536:
-                raise CommandError("--metrics-port must be a TCP port (1-65535)")
             from jobs.metrics import worker_metrics_serve
 
             try:

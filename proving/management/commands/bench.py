@@ -1,8 +1,10 @@
+import argparse
 import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from durable.numbers import NumberRefused, number_flag, whole_flag, whole_number
 from proving.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
 
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
@@ -37,37 +39,37 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--jobs", type=int, default=None,
+        parser.add_argument("--jobs", type=COUNT, default=None,
                             help=f"Jobs per end-to-end run and for enqueue_many (default {FULL['jobs']}; "
                                  "one-by-one enqueue uses at most 2000).")
-        parser.add_argument("--rows", type=int, default=None,
+        parser.add_argument("--rows", type=whole_flag(0, 100_000_000), default=None,
                             help=f"DONE, then WAITING_EXTERNAL rows bulk-loaded for the claim-time section "
                                  f"(default {FULL['rows']:,}).")
-        parser.add_argument("--processes", default="1,2,4,8",
+        parser.add_argument("--processes", type=_counts(1, 64), default="1,2,4,8",
                             help="Worker process counts for the end-to-end runs, comma-separated (default 1,2,4,8).")
-        parser.add_argument("--latency-jobs", type=int, default=None,
+        parser.add_argument("--latency-jobs", type=COUNT, default=None,
                             help=f"Jobs enqueued one at a time per latency row (default {FULL['latency_jobs']}).")
-        parser.add_argument("--latency-workers", type=int, default=2,
+        parser.add_argument("--latency-workers", type=whole_flag(1, 64), default=2,
                             help="Idle worker processes waiting for the latency jobs (default 2).")
-        parser.add_argument("--latency-interval", type=float, default=20.0,
+        parser.add_argument("--latency-interval", type=number_flag(minimum=0, maximum=60_000), default=20.0,
                             help="Milliseconds between two latency jobs (default 20).")
-        parser.add_argument("--claims", type=int, default=None,
+        parser.add_argument("--claims", type=COUNT, default=None,
                             help=f"Claims timed per table size (default {FULL['claims']}).")
         parser.add_argument("--skip-bulk", action="store_true",
                             help="Skip the bulk loads: claim time is measured on the table as found only.")
-        parser.add_argument("--tenants", default=None,
+        parser.add_argument("--tenants", type=_counts(0, len(MANY_TENANTS)), default=None,
                             help="Tenant counts for the many-tenant end-to-end rows, comma-separated, at most "
                                  f"10000 (default {FULL['tenants']}; 0 skips them). Those rows, and the batched "
                                  "ones, run with 4 processes (fewer if --processes asks for fewer).")
-        parser.add_argument("--batches", default="10,100",
+        parser.add_argument("--batches", type=_counts(0, 1000), default="10,100",
                             help="run_worker --batch sizes for the batched rows, comma-separated (default "
                                  "10,100; 0 skips them).")
-        parser.add_argument("--batch-jobs", type=int, default=None,
+        parser.add_argument("--batch-jobs", type=COUNT, default=None,
                             help=f"Jobs per batched run (default {FULL['batch_jobs']:,}).")
-        parser.add_argument("--claim-tenants", type=int, default=None,
+        parser.add_argument("--claim-tenants", type=whole_flag(1, len(MANY_TENANTS)), default=None,
                             help=f"Tenants holding READY work in the claim-time-vs-tenants row, at most 10000 "
                                  f"(default {FULL['claim_tenants']:,}).")
-        parser.add_argument("--repeat", type=int, default=1,
+        parser.add_argument("--repeat", type=whole_flag(1, 100), default=1,
                             help="Pairs of runs (ours, then the raw loop) per end-to-end row, side by side "
                                  "(default 1). The rows then give the median rates and the median and range of "
                                  "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
@@ -77,15 +79,14 @@ class Command(BaseCommand):
                                  + " (explicit options win).")
 
     def handle(self, *args, **opts):
+        # Every number was range-checked by the parser (`durable.numbers`);
+        # an option's default value is given as text and parsed the same way.
         sizes = QUICK if opts["quick"] else FULL
-        processes = _counts(opts["processes"], "--processes", "1,2,4,8")
-        tenants = [t for t in _counts(opts["tenants"] or sizes["tenants"], "--tenants", "1000,10000") if t]
-        batches = [b for b in _counts(opts["batches"], "--batches", "10,100") if b]
+        processes = _list(opts["processes"], 1, 64)
+        chosen = opts["tenants"] if opts["tenants"] is not None else sizes["tenants"]
+        tenants = [t for t in _list(chosen, 0, len(MANY_TENANTS)) if t]
+        batches = [b for b in _list(opts["batches"], 0, 1000) if b]
         claim_tenants = opts["claim_tenants"] if opts["claim_tenants"] is not None else sizes["claim_tenants"]
-        if any(t > len(MANY_TENANTS) or t < 0 for t in tenants) or not 1 <= claim_tenants <= len(MANY_TENANTS):
-            raise CommandError(f"--tenants and --claim-tenants take counts from 1 to {len(MANY_TENANTS)}")
-        if any(b < 0 for b in batches):
-            raise CommandError("--batches takes batch sizes of at least 1")
         config = BenchConfig(
             jobs=opts["jobs"] if opts["jobs"] is not None else sizes["jobs"],
             rows=opts["rows"] if opts["rows"] is not None else sizes["rows"],
@@ -101,12 +102,8 @@ class Command(BaseCommand):
             claim_tenants=claim_tenants,
             repeat=opts["repeat"],
         )
-        if min(config.jobs, config.latency_jobs, config.claims, config.latency_workers, config.repeat) < 1:
-            raise CommandError("--jobs, --latency-jobs, --claims, --latency-workers and --repeat must be at least 1")
-        if config.rows < 0 or config.latency_interval_ms < 0:
-            raise CommandError("--rows and --latency-interval must not be negative")
-        if not processes or min(processes) < 1:
-            raise CommandError("--processes needs counts of at least 1")
+        if not processes:
+            raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
 
         started = time.monotonic()
 
@@ -122,8 +119,23 @@ class Command(BaseCommand):
         progress(f"done; tenants {BENCH_TENANTS[0]} … {BENCH_TENANTS[-1]} and {REFERENCE_TABLE} are clean")
 
 
-def _counts(value, option: str, example: str) -> list[int]:
-    try:
-        return [int(p) for p in str(value).split(",") if p.strip()]
-    except ValueError:
-        raise CommandError(f"{option} takes a comma-separated list of integers, e.g. {example}") from None
+COUNT = whole_flag(1, 10_000_000)
+
+
+def _counts(minimum: int, maximum: int):
+    """An argparse `type=` for a comma-separated list of whole numbers, each in [minimum, maximum]."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            return [whole_number(part.strip(), minimum=minimum, maximum=maximum) for part in text.split(",")
+                    if part.strip()]
+        except NumberRefused as exc:
+            raise argparse.ArgumentTypeError(f"must be comma-separated counts; one {exc}") from None
+
+    parse.__name__ = "counts"
+    return parse
+
+
+def _list(value, minimum: int, maximum: int) -> list[int]:
+    # argparse applies `type=` to a string default too; a list passes through.
+    return value if isinstance(value, list) else _counts(minimum, maximum)(value)

@@ -35,6 +35,7 @@ from connectors.registry import PROVIDER_FOR_SIMULATOR_MODE
 from connectors.simulator import MODES
 from connectors.simulator_process import running_simulator
 from jobs.models import Job
+from durable.numbers import number_flag, whole_flag
 from jobs.states import State
 from jobs.store import JobSpec, Store
 from operations.models import IN_DOUBT, Operation, Receipt
@@ -60,6 +61,10 @@ class Verdict:
         return not (self.duplicates or self.lost or self.stray_messages)
 
 
+SECONDS = number_flag(minimum=0, maximum=3600)
+PROBABILITY = number_flag(minimum=0, maximum=1)
+
+
 class Command(BaseCommand):
     help = (
         "Send --jobs emails through a provider simulator it starts while SIGKILLing real worker processes "
@@ -69,42 +74,40 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--jobs", type=int, default=50, help="Emails to send (one job each). Default 50.")
-        parser.add_argument("--kills", type=int, default=10, help="SIGKILLs to deliver. Default 10.")
-        parser.add_argument("--cut-connections", type=int, default=0, metavar="N",
+        parser.add_argument("--jobs", type=whole_flag(1, 100_000), default=50,
+                            help="Emails to send (one job each). Default 50.")
+        parser.add_argument("--kills", type=whole_flag(0, 10_000), default=10, help="SIGKILLs to deliver. Default 10.")
+        parser.add_argument("--cut-connections", type=whole_flag(0, 10_000), default=0, metavar="N",
                             help="PostgreSQL only: N times, at random moments among the kills, terminate every "
                                  "database connection the workers hold (a restart or failover). Default 0.")
-        parser.add_argument("--workers", type=int, default=3, help="Worker processes alive at once. Default 3.")
-        parser.add_argument("--concurrency", type=int, default=2, help="Handler threads per worker. Default 2.")
+        parser.add_argument("--workers", type=whole_flag(1, 64), default=3,
+                            help="Worker processes alive at once. Default 3.")
+        parser.add_argument("--concurrency", type=whole_flag(1, 256), default=2,
+                            help="Handler threads per worker. Default 2.")
         parser.add_argument("--mode", choices=MODES, default="idempotent",
                             help="Simulator mode (and the provider declaring its capabilities). Default idempotent.")
-        parser.add_argument("--stall-after-accept", type=float, default=1.0, metavar="SECONDS",
+        parser.add_argument("--stall-after-accept", type=SECONDS, default=1.0, metavar="SECONDS",
                             help="Simulator fault: accept, then hold the answer this long. Default 1.0 "
                                  "(past the read timeout).")
-        parser.add_argument("--stall-probability", type=float, default=0.3, metavar="P",
+        parser.add_argument("--stall-probability", type=PROBABILITY, default=0.3, metavar="P",
                             help="Chance that an accepted message stalls. Default 0.3.")
-        parser.add_argument("--error-rate", type=float, default=0.05, metavar="P",
+        parser.add_argument("--error-rate", type=PROBABILITY, default=0.05, metavar="P",
                             help="Chance of a 500 that stores nothing. Default 0.05.")
-        parser.add_argument("--throttle-rate", type=float, default=0.05, metavar="P",
+        parser.add_argument("--throttle-rate", type=PROBABILITY, default=0.05, metavar="P",
                             help="Chance of a 429 with Retry-After. Default 0.05.")
-        parser.add_argument("--lease-ttl", type=float, default=1.5,
+        parser.add_argument("--lease-ttl", type=number_flag(minimum=0.5, maximum=86400), default=1.5,
                             help="Workers' lease ttl: how soon a killed worker's job is recovered. Default 1.5.")
-        parser.add_argument("--read-timeout", type=float, default=0.5,
+        parser.add_argument("--read-timeout", type=number_flag(above=0, maximum=3600), default=0.5,
                             help="Workers' PROVIDER_READ_TIMEOUT in seconds. Default 0.5.")
-        parser.add_argument("--seed", type=int, default=None, help="Seed for kill timing, victims and faults.")
+        parser.add_argument("--seed", type=whole_flag(0), default=None, help="Seed for kill timing, victims and faults.")
         parser.add_argument("--tenant", default="chaos", help="Tenant of the jobs. Default chaos.")
-        parser.add_argument("--deadline", type=float, default=300.0,
+        parser.add_argument("--deadline", type=number_flag(above=0, maximum=86400), default=300.0,
                             help="Give up waiting for jobs to settle after this many seconds. Default 300.")
         parser.add_argument("--keep-logs", action="store_true",
                             help="Keep the worker and simulator logs even when the run is clean.")
 
     def handle(self, *args, **opts):
-        for name in ("jobs", "workers", "concurrency"):
-            if opts[name] < 1:
-                raise CommandError(f"--{name} must be at least 1")
-        if opts["kills"] < 0 or opts["cut_connections"] < 0 or opts["lease_ttl"] <= 0 or opts["read_timeout"] <= 0:
-            raise CommandError("--kills and --cut-connections must not be negative; --lease-ttl and --read-timeout "
-                               "must be positive")
+        # Every number was range-checked by the parser (`durable.numbers`).
         if opts["cut_connections"] and connection.vendor != "postgresql":
             raise CommandError("--cut-connections needs PostgreSQL (DATABASE_URL=postgres://…)")
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(1_000_000)
