@@ -77,6 +77,7 @@ from durable.numbers import whole_flag
 from jobs import access
 from jobs.inbound import signature_for
 from jobs.review import job_reject
+from jobs.selectors import newest_event
 from jobs.models import InboundEvent, Job, Timer
 from jobs.outbox import outbox_relay
 from jobs.states import State
@@ -353,7 +354,7 @@ class Command(BaseCommand):
         deciders = [u for u in get_user_model().objects.filter(username__in=["reviewer", "admin"]).order_by("-username")
                     if access.may(u, "reject", job)]
         if deciders:
-            job_reject(job_id=job.pk, user=deciders[0], note=note, seen_event=None)
+            job_reject(job_id=job.pk, user=deciders[0], note=note, seen_event=newest_event(job.pk).id)
             w(f"  {deciders[0].username} rejected it in the console's decision service: \"{note}\"")
         else:
             Store().reject(slug, job.key, reason=note, actor="demo reviewer")
