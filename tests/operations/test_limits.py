@@ -88,8 +88,15 @@ def test_a_paused_action_never_holds_an_operation_already_in_doubt(store, start_
     assert Operation.objects.get().state == "UNKNOWN"
     action_pause(tenant="studio", action=SEND_EMAIL, reason="incident", actor="otto")
     provider(stalling, read_timeout=5)
-    make_due("studio", "mail-1")
-    run_until_idle()
+
+    def reconciled() -> bool:
+        # While the first request still stalls at the provider, a resend under
+        # its key answers "in progress" (409) and the job retries later.
+        make_due("studio", "mail-1")
+        run_until_idle()
+        return states()["mail-1"] != "READY"
+
+    wait_for(reconciled, timeout=30, interval=0.2, what="the operation in doubt to be reconciled")
     # The message may already be at the provider: it is reconciled, not held.
     assert states() == {"mail-1": "DONE"} and len(stalling.messages()) == 1
 
