@@ -248,9 +248,10 @@ def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidenc
     """An operator marks a job that needs attention fulfilled (DONE), with
     the note and the evidence they looked at. Refused (by a registered
     guard) while one of its external calls is in doubt: that goes through
-    the decision on the call, so none is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
-    `Http404`."""
-    evidence = decision_text(evidence, what="evidence", required=False)
+    the decision on the call, so none is ever stranded. The evidence is
+    required: "resolved" without what showed it is no evidence. Raises
+    `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)
     return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,
                                                                 detail={"decision": "resolve",
