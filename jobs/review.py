@@ -244,7 +244,7 @@ def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
                                                               detail={"decision": "retry"}))
 
 
-def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str = "") -> Job:
+def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str) -> Job:
     """An operator marks a job that needs attention fulfilled (DONE), with
     the note and the evidence they looked at. Refused (by a registered
     guard) while one of its external calls is in doubt: that goes through

@@ -118,16 +118,29 @@ class OperationAdmin(ScopedAdmin):
     ordering = ("-updated_at",)
     list_select_related = ("job",)
     inlines = [ReceiptInline, OperationEventInline]
-    readonly_fields = ("decide_link", "waiting_for_operator")
+    readonly_fields = ("decide_link", "waiting_for_operator", "masked_request", "masked_last_error")
     fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state", "attempts",
               "last_dispatched_at", "last_error", "created_at", "updated_at")
 
     def get_fields(self, request, obj=None):
+        fields = self.fields
+        if obj is not None and not access.sees_sensitive(obj.tenant, scope=access.request_scope(request)):
+            # A viewer reads the request with the action's sensitive fields masked.
+            fields = tuple({"request": "masked_request", "last_error": "masked_last_error"}.get(f, f) for f in fields)
         # The decision control only for those allowed to use it.
         if obj is None or obj.state not in IN_DOUBT:
-            return self.fields
+            return fields
         allowed = access.may(request.user, "decide_operation", obj.job, scope=access.request_scope(request))
-        return ("decide_link" if allowed else "waiting_for_operator", *self.fields)
+        return ("decide_link" if allowed else "waiting_for_operator", *fields)
+
+    @admin.display(description="Request")
+    def masked_request(self, operation):
+        masker = job_masker(operation.job, sees_sensitive=False, also=[operation.request])
+        return json.dumps(masker.data(operation.request), indent=2, ensure_ascii=False)
+
+    @admin.display(description="Last error")
+    def masked_last_error(self, operation):
+        return job_masker(operation.job, sees_sensitive=False, also=[operation.request]).text(operation.last_error)
 
     @admin.display(description="Operator decision")
     def decide_link(self, operation):

@@ -209,3 +209,22 @@ def test_an_ended_job_says_how_it_ended_with_the_rejection_note(client, people):
     page = client.get(f"/admin/console/jobs/{job.pk}/").content.decode()
     assert "How it ended" in page and "rejection note: duplicate of q-2" in page
     assert "Why it waits" not in page and "Waiting for review</a>" not in page
+
+
+def test_a_viewer_reads_the_job_record_in_the_admin_masked_too(client, people):
+    job = make_job("q-1", "WAITING_REVIEW", action="connectors.send_email", payload=EMAIL)
+    client.force_login(people["viewer"])
+    page = client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "ana-at-example.com" not in page and MASK in page and "Your quote 17" in page
+    client.force_login(people["reviewer"])
+    assert "ana-at-example.com" in client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+
+
+def test_a_viewer_reads_an_operations_request_in_the_admin_masked(client, people):
+    job = make_job("q-1", "WAITING_REVIEW", action="connectors.send_email", payload=EMAIL)
+    op = OperationFactory(job=job, request=EMAIL, state="REJECTED", last_error="550 ana-at-example.com unknown")
+    client.force_login(people["viewer"])
+    page = client.get(f"/admin/operations/operation/{op.pk}/change/").content.decode()
+    assert "ana-at-example.com" not in page and MASK in page
+    client.force_login(people["operator"])
+    assert "ana-at-example.com" in client.get(f"/admin/operations/operation/{op.pk}/change/").content.decode()
