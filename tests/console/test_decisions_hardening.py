@@ -123,9 +123,10 @@ def test_an_operation_decision_on_a_job_that_moved_since_is_refused(client, peop
 
 def test_every_decision_service_refuses_without_the_seen_state(people):
     job, op = job_in_doubt("NEEDS_INVESTIGATION")
-    for service in (review.job_retry, review.job_cancel, review.job_resolve):
+    for service, extra in ((review.job_retry, {}), (review.job_cancel, {}),
+                           (review.job_resolve, {"evidence": "ticket #1"})):
         with pytest.raises(DecisionRefused, match="which state you saw"):
-            service(job_id=job.pk, user=people["operator"], note="x", seen_event=None)
+            service(job_id=job.pk, user=people["operator"], note="x", seen_event=None, **extra)
     with pytest.raises(DecisionRefused, match="which state you saw"):
         operation_decide(operation_id=op.pk, user=people["operator"], decision="not_sent", note="x",
                          seen_event=None)
