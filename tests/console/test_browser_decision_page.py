@@ -210,8 +210,9 @@ def test_every_control_on_an_operator_item_leads_somewhere_that_works(login, liv
     # Styled as the console, the request as fields, the console's date format.
     assert page.evaluate("getComputedStyle(document.querySelector('.console-decide .why')).borderLeftWidth") == "4px"
     request = page.locator("dl.request")
-    assert request.locator("dt").all_inner_texts() == ["to", "subject", "body"]
-    assert request.locator("dd").nth(2).inner_text() == "Hello,\n\nyour invoice."
+    # (PostgreSQL's jsonb keeps its own key order.)
+    shown = dict(zip(request.locator("dt").all_inner_texts(), request.locator("dd").all_inner_texts(), strict=True))
+    assert shown == {"to": "ada@example.com", "subject": "Reminder", "body": "Hello,\n\nyour invoice."}
     assert "{'to'" not in page.content()
     page.locator("details summary").click()
     assert json.loads(page.locator("details pre").inner_text())["to"] == "ada@example.com"
