@@ -40,6 +40,7 @@ from operations.selectors import operation_for_step
 from .agent import agent_propose
 from .emails import invoice_reminder_email, quote_email, quote_follow_up_email
 from .models import Invoice, Quote, Tenant
+from .previews import send_invoice_reminder_preview, send_quote_follow_up_preview, send_quote_preview
 from .names import (
     AGENT_RUN,
     INVOICE,
@@ -70,6 +71,9 @@ from .services import (
 EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=8)
 
 QS = Quote.Status
+# The customer's address is personal data: a viewer reads these jobs'
+# previews and requests without it (jobs.masking).
+SENSITIVE = ("to",)
 
 
 class RecordEmailPayload(BaseModel):
@@ -139,6 +143,7 @@ def _quote_of(ctx: JobContext) -> Quote:
 
 
 @action(SEND_QUOTE, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        preview=send_quote_preview, sensitive=SENSITIVE,
         description=f"Send an approved quote to its customer (once), then wait for the reply. Subject: "
                     f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote(ctx: JobContext):
@@ -178,6 +183,7 @@ def send_quote(ctx: JobContext):
 
 
 @action(SEND_QUOTE_FOLLOW_UP, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        preview=send_quote_follow_up_preview, sensitive=SENSITIVE,
         description=f"Follow up a sent quote that has no reply (once). Subject: "
                     f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote_follow_up(ctx: JobContext):
@@ -284,6 +290,7 @@ def plan_reminder_on_change(event) -> None:
 
 
 @action(SEND_INVOICE_REMINDER, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
+        preview=send_invoice_reminder_preview, sensitive=SENSITIVE,
         description=f"Remind the customer of an open invoice (once; not if paid or suppressed). Subject: "
                     f"{{\"type\": \"{INVOICE}\", \"id\": <invoice id>}}.")
 def send_invoice_reminder(ctx: JobContext):

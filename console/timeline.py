@@ -6,19 +6,39 @@ Bounded at any size: a page is the newest `PAGE` job events before a cursor
 (index `jobevent_job_id`) plus the other items whose time falls within the
 page's span, each query limited. A job with 100,000 events opens as fast as
 one with ten. The JSON export streams everything with iterators.
+
+A reader who may not see the job's sensitive fields (a viewer,
+`access.sees_sensitive`) reads the page and the export through
+`reader_masker`: the fields masked wherever they appear.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from jobs import access
 from jobs.admin import timeline_sources
+from jobs.masking import CLEAR, Masker, job_masker
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from operations.models import Operation, OperationEvent, Receipt
 
 PAGE = 50
 OTHER_LIMIT = 200  # other items per page span (a job has few; the cap bounds a pathological one)
+
+
+def reader_masker(job: Job, *, scope: access.Scope, also=()) -> Masker:
+    """How the holder of `scope` reads `job`: in clear (reviewers,
+    operators, superusers) or with its action's sensitive fields masked
+    (viewers). The values to hide come from the payload, the job's
+    operation requests and its corrections' before/after (each a few rows,
+    bounded), and `also` (a preview's fields, say)."""
+    if access.sees_sensitive(job.tenant, scope=scope):
+        return CLEAR
+    requests = Operation.objects.filter(job=job).values_list("request", flat=True)[:OTHER_LIMIT]
+    corrections = JobEvent.objects.filter(job=job, kind="correct").values_list("detail", flat=True)[:OTHER_LIMIT]
+    proposals = JobEvent.objects.filter(job=job, kind="enqueue").values_list("detail", flat=True)[:1]
+    return job_masker(job, sees_sensitive=False, also=[*requests, *corrections, *proposals, *also])
 
 
 @dataclass(frozen=True)
@@ -36,21 +56,22 @@ class Entry:
 DECISION_KINDS = frozenset({"approve", "correct", "reject", "retry", "resolve", "cancel", "escalate"})
 
 
-def _event_entry(e: JobEvent) -> Entry:
+def _event_entry(e: JobEvent, masker: Masker) -> Entry:
     decision = e.kind in DECISION_KINDS and bool(e.actor) and not e.worker_id
     detail = e.reason
     correction = (e.detail or {}).get("correction") if isinstance(e.detail, dict) else None
     if correction:
-        detail += " — corrected: " + "; ".join(f"{name}: {c['before']!r} → {c['after']!r}"
-                                               for name, c in correction.items())
+        detail += " — corrected: " + "; ".join(
+            f"{name}: {masker.field(name, c['before'])!r} → {masker.field(name, c['after'])!r}"
+            for name, c in correction.items())
     return Entry(at=e.created_at, kind="decision" if decision else "event",
                  title=f"{e.kind}: {e.from_state or '—'} → {e.to_state or '—'} (epoch {e.epoch})",
                  detail=detail, actor=e.actor or e.worker_id, order=e.id)
 
 
-def timeline_page(job: Job, *, before: int | None = None) -> tuple[list[Entry], int | None]:
+def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR) -> tuple[list[Entry], int | None]:
     """One page of `job`'s timeline: entries newest first, and the cursor of
-    the next (older) page, or None on the last page."""
+    the next (older) page, or None on the last page; read through `masker`."""
     events = JobEvent.objects.filter(job=job)
     if before is not None:
         events = events.filter(id__lt=before)
@@ -69,7 +90,7 @@ def timeline_page(job: Job, *, before: int | None = None) -> tuple[list[Entry], 
             queryset = queryset.filter(**{f"{field}__lt": upper})
         return queryset.order_by(f"-{field}")[:OTHER_LIMIT]
 
-    entries = [_event_entry(e) for e in page]
+    entries = [_event_entry(e, masker) for e in page]
     for op in span(Operation.objects.filter(job=job), "created_at"):
         entries.append(Entry(at=op.created_at, kind="operation", title=f"operation {op.kind} via {op.provider}",
                              detail=f"{op.state} — step {op.step}, {op.attempts} attempt(s)",
@@ -93,14 +114,20 @@ def timeline_page(job: Job, *, before: int | None = None) -> tuple[list[Entry], 
         for item in source(job, since=lower, until=upper, limit=OTHER_LIMIT):
             entries.append(Entry(at=item.at, kind=item.kind, title=item.title, detail=item.detail,
                                  actor=item.actor, link=item.link, pk=item.pk))
+    if masker.active:
+        entries = [replace(e, title=masker.text(e.title), detail=masker.text(e.detail)) for e in entries]
     entries.sort(key=lambda e: (e.at, e.order), reverse=True)
     return entries, (page[-1].id if more else None)
 
 
-def timeline_json(job: Job):
+def timeline_json(job: Job, *, masker: Masker = CLEAR):
     """The whole history of `job` as one JSON document, yielded in chunks
-    (events through an iterator: memory stays flat however long it is)."""
-    dump = DjangoJSONEncoder().encode
+    (events through an iterator: memory stays flat however long it is),
+    every row read through `masker`."""
+    encode = DjangoJSONEncoder().encode
+
+    def dump(row):
+        return encode(masker.data(row))
 
     def rows(queryset, fields):
         first = True

@@ -143,6 +143,19 @@ def may_view_jobs(user) -> bool:
     return user.has_perm("jobs.view_job")
 
 
+# The roles that read a job's sensitive payload fields in clear: those who
+# decide on it need the address they approve or correct. A viewer reads the
+# story with those fields masked (`jobs.masking`).
+SEES_SENSITIVE = frozenset({REVIEWER, OPERATOR, "superuser"})
+
+
+def sees_sensitive(tenant: str, *, scope: Scope) -> bool:
+    """May the holder of `scope` read the sensitive fields of a job of
+    `tenant` in clear? Reviewers, operators and superusers: yes; viewers
+    (and anyone without a role there): no."""
+    return scope.role(tenant) in SEES_SENSITIVE
+
+
 def refusal(user, decision: str, *, tenant: str, state: str | None = None, scope: Scope | None = None) -> str:
     """Why `user` may not take `decision` on an object of `tenant` in `state`
     ("" when they may). `state=None` skips the state check (tenant-level

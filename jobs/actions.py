@@ -44,6 +44,33 @@ class ActionSpec:
     # come from it (jobs.payloads). None: a payload the engine knows nothing of.
     schema: "PayloadSchema | None" = None
     description: str = ""
+    # `preview(job) -> Preview`: what approving the job will do, rendered now
+    # from the records (see `Preview`); None: the console shows the payload.
+    preview: Callable[[Any], "Preview"] | None = None
+    # Payload fields a viewer sees masked (jobs.masking), wherever the job's
+    # data is shown: its payload, preview, history and requests.
+    sensitive: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class PreviewField:
+    name: str  # the payload or request field it shows (masking and correction go by it)
+    label: str
+    value: str
+    multiline: bool = False
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What approving a job will do, as the person deciding should see it:
+    `summary` ("Approving sends this email through sim-idempotent, once"),
+    the effect's `fields` exactly as they will leave (an email's to, subject
+    and body), and a `note` when what leaves is rendered again later (from a
+    record that may change before then) or was already fixed earlier."""
+
+    summary: str
+    fields: tuple[PreviewField, ...] = ()
+    note: str = ""
 
 
 @runtime_checkable
@@ -65,7 +92,8 @@ _registry: dict[str, ActionSpec] = {}
 
 
 def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None,
-           on_recorded=None, schema: PayloadSchema | None = None, description: str = ""):
+           on_recorded=None, schema: PayloadSchema | None = None, description: str = "", preview=None,
+           sensitive=()):
     """Register the decorated function as the handler of `name`.
 
     `review_form`: a Django form class whose fields are the payload fields a
@@ -83,7 +111,12 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
     `schema`: the payload's declaration (see `PayloadSchema`, `jobs.payloads`);
     an action with one can be proposed by an outside agent.
     `description`: what the action does, for an agent choosing it (default:
-    the first paragraph of the handler's docstring)."""
+    the first paragraph of the handler's docstring).
+
+    `preview(job) -> Preview`: what approving a job of this action will do,
+    rendered from the records as they are now (the decision page shows it
+    first). It only reads; an exception it raises is shown, not raised.
+    `sensitive`: payload field names a viewer sees masked (`jobs.masking`)."""
 
     if schema is not None and not isinstance(schema, PayloadSchema):
         raise TypeError(f"action {name!r}: schema must offer model_json_schema() and model_validate()")
@@ -95,7 +128,7 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
         text = description or (handler.__doc__ or "").strip().split("\n\n")[0]
         _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded,
-                                     schema, " ".join(text.split()))
+                                     schema, " ".join(text.split()), preview, frozenset(sensitive))
         return handler
 
     return register
@@ -119,6 +152,21 @@ def review_form(name: str):
     """The correction form `name` declares, or None."""
     spec = _registry.get(name)
     return spec.review_form if spec else None
+
+
+def action_preview(job) -> Preview | None:
+    """What approving `job` will do, from its action's `preview` (None when
+    the action declares none). A preview that fails says so instead: the
+    decision page must still open, and the person must not mistake an
+    unrendered effect for an empty one."""
+    spec = _registry.get(job.action)
+    if spec is None or spec.preview is None:
+        return None
+    try:
+        return spec.preview(job)
+    except Exception as exc:  # noqa: BLE001 - shown to the person deciding, never swallowed silently
+        return Preview(summary=f"The effect of approving could not be rendered now: {type(exc).__name__}: {exc}",
+                       note="Open the job's subject to see what it is about before approving.")
 
 
 def registered_actions() -> list[str]:

@@ -6,6 +6,7 @@ with `register_job_link`, and the entries of its own records about a job to
 the job's evidence timeline with `register_timeline_source`; the engine names
 no page of its own above it."""
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,7 @@ from . import access
 from .admin_scope import ActionFilter, ScopedAdmin, TenantFilter
 from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-only and allow-listed
 from .errors import JobError
+from .masking import job_masker
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
 from .selectors import expired_leases
@@ -103,7 +105,11 @@ class JobAdmin(ScopedAdmin):
     search_help_text = "Job key, or the start of one (case-sensitive)."
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
-    readonly_fields = ("links",)
+    # What a viewer reads instead of the fields that may quote an action's
+    # sensitive payload fields (jobs.masking; who: access.sees_sensitive).
+    MASKED = {"payload": "masked_payload", "wait_reason": "masked_wait_reason", "last_error": "masked_last_error",
+              "result": "masked_result"}
+    readonly_fields = ("links", *MASKED.values())
     fieldsets = (
         (None, {"fields": ("links", "tenant", "key", "action", "state", "wait_reason", "last_error", "payload")}),
         ("Attempts and lease", {"fields": ("attempts", "max_attempts", "recoveries", "first_attempt_at",
@@ -119,6 +125,34 @@ class JobAdmin(ScopedAdmin):
         if not term:
             return queryset, False
         return queryset.filter(key__startswith=term), False
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or access.sees_sensitive(obj.tenant, scope=access.request_scope(request)):
+            return fieldsets
+        return [(name, {**options, "fields": [self.MASKED.get(f, f) for f in options["fields"]]})
+                for name, options in fieldsets]
+
+    @staticmethod
+    def _masker(job):
+        corrections = job.events.filter(kind="correct").values_list("detail", flat=True)[:200]
+        return job_masker(job, sees_sensitive=False, also=list(corrections))
+
+    @admin.display(description="Payload")
+    def masked_payload(self, job):
+        return json.dumps(self._masker(job).data(job.payload), indent=2, ensure_ascii=False)
+
+    @admin.display(description="Result")
+    def masked_result(self, job):
+        return json.dumps(self._masker(job).data(job.result), indent=2, ensure_ascii=False)
+
+    @admin.display(description="Wait reason")
+    def masked_wait_reason(self, job):
+        return self._masker(job).text(job.wait_reason)
+
+    @admin.display(description="Last error")
+    def masked_last_error(self, job):
+        return self._masker(job).text(job.last_error)
 
     @admin.display(description="Console")
     def links(self, job):

@@ -34,7 +34,7 @@ from .selectors import newest_event
 from .store import Store
 
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
-           "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen",
+           "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen",
            "seen_event_from", "decision_text", "job_for_decision", "NOTE_MAX_CHARS"]
 
 # The longest note or evidence a person may write on a decision: a few
@@ -43,11 +43,34 @@ __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal
 # row, log entry and page that repeats it.
 NOTE_MAX_CHARS = 4000
 
+EVIDENCE_MISSING = ("evidence is required: say what showed you it is done (a provider's reference, a line of its "
+                    "dashboard, a ticket)")
 _NOT_SEEN = "the page you decided on did not say which state you saw; reload it"
 
 
 class AlreadyDecided(DecisionRefused):
     """Someone (or a worker) changed the job after the deciding user saw it."""
+
+
+class CorrectionInvalid(DecisionRefused):
+    """A correction's fields do not pass the form or the action's schema:
+    `errors` maps each field name ("" for the whole payload) to its
+    messages, for the page to show beside the field."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        super().__init__("the correction is not valid: " + "; ".join(
+            f"{name or 'payload'}: {' '.join(messages)}" for name, messages in errors.items()))
+
+
+def line_breaks_normalised(value):
+    """Text with every line break as LF. A browser sends a textarea's breaks
+    as CRLF (HTML's form encoding); the payloads we store and the emails we
+    send use LF, so a field the reviewer did not touch compares equal, and
+    a corrected body is sent with the breaks every other email has."""
+    if isinstance(value, str):
+        return value.replace("\r\n", "\n").replace("\r", "\n")
+    return value
 
 
 # decision name → functions (job) -> "" or why the decision is refused.
@@ -72,13 +95,13 @@ def guard_refusal(decision: str, job: Job) -> str:
     return ""
 
 
-def decision_text(text: str | None, *, what: str = "note", required: bool = True) -> str:
+def decision_text(text: str | None, *, what: str = "note", required: bool = True, missing: str = "") -> str:
     """A person's free text on a decision (a note, evidence), stripped:
     `DecisionRefused` when it is required and empty, or longer than
     `NOTE_MAX_CHARS` — the one check every decision service makes."""
     text = (text or "").strip()
     if required and not text:
-        raise DecisionRefused(f"a {what} is required: say why")
+        raise DecisionRefused(missing or f"a {what} is required: say why")
     if len(text) > NOTE_MAX_CHARS:
         raise DecisionRefused(f"the {what} is {len(text):,} characters long; write at most {NOTE_MAX_CHARS} "
                               f"characters (link to a longer record instead)")
@@ -188,11 +211,11 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
         if form is None:
             raise DecisionRefused(f"action {job.action} declares no correctable fields; approve or reject it")
         if not form.is_valid():
-            problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
-            raise DecisionRefused(f"the correction is not valid: {problems}")
+            raise CorrectionInvalid({name: list(errors) for name, errors in form.errors.items()})
         before = job.payload if isinstance(job.payload, dict) else {}
+        after = {name: line_breaks_normalised(value) for name, value in form.cleaned_data.items()}
         correction = {name: {"before": before.get(name), "after": value}
-                      for name, value in form.cleaned_data.items() if before.get(name) != value}
+                      for name, value in after.items() if before.get(name) != value}
         if not correction:
             raise DecisionRefused("nothing was corrected; approve it as it is, or change a field")
         revision = int(before.get("revision") or 1) + 1
@@ -203,7 +226,10 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
             try:
                 payload = payload_validate(job.action, payload)
             except PayloadInvalid as exc:
-                raise DecisionRefused(f"the correction is not valid: {exc}") from None
+                errors: dict[str, list[str]] = {}
+                for error in exc.errors:
+                    errors.setdefault(error["loc"][0] if error["loc"] else "", []).append(error["msg"])
+                raise CorrectionInvalid(errors) from None
         return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor,
                                detail={"decision": "correct", "correction": correction, "revision": revision})
 
@@ -218,13 +244,14 @@ def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
                                                               detail={"decision": "retry"}))
 
 
-def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str = "") -> Job:
+def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str) -> Job:
     """An operator marks a job that needs attention fulfilled (DONE), with
     the note and the evidence they looked at. Refused (by a registered
     guard) while one of its external calls is in doubt: that goes through
-    the decision on the call, so none is ever stranded. Raises `DecisionRefused`/`AlreadyDecided`,
-    `Http404`."""
-    evidence = decision_text(evidence, what="evidence", required=False)
+    the decision on the call, so none is ever stranded. The evidence is
+    required: "resolved" without what showed it is no evidence. Raises
+    `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)
     return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,
                                                                 detail={"decision": "resolve",

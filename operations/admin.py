@@ -4,6 +4,8 @@ operation in doubt and clear connector pauses on their own pages, each a thin
 shell over `operations.review` (permission, role in the tenant, state, note,
 history row and LogEntry)."""
 
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import redirect
@@ -15,6 +17,7 @@ from jobs import access
 from jobs.access import DecisionRefused
 from jobs.admin_scope import ScopedAdmin, TenantFilter
 from jobs.errors import JobError
+from jobs.masking import job_masker
 from jobs.review import NOTE_MAX_CHARS, seen_event_from
 from jobs.selectors import newest_event
 
@@ -27,6 +30,20 @@ from .review import (
     jobs_held_by_pause,
     operation_decide,
 )
+
+
+def _request_rows(request_data) -> list[tuple[str, str, bool]]:
+    """An operation's request for a person: (field, value, multiline) rows,
+    a nested value as indented JSON."""
+    if not isinstance(request_data, dict):
+        return [("request", json.dumps(request_data, indent=2, ensure_ascii=False), True)]
+    rows = []
+    for name, value in request_data.items():
+        if isinstance(value, str):
+            rows.append((name, value, "\n" in value or len(value) > 80))
+        else:
+            rows.append((name, json.dumps(value, indent=2, ensure_ascii=False), isinstance(value, dict | list)))
+    return rows
 
 
 def _seen_event(text) -> int:
@@ -101,16 +118,29 @@ class OperationAdmin(ScopedAdmin):
     ordering = ("-updated_at",)
     list_select_related = ("job",)
     inlines = [ReceiptInline, OperationEventInline]
-    readonly_fields = ("decide_link", "waiting_for_operator")
+    readonly_fields = ("decide_link", "waiting_for_operator", "masked_request", "masked_last_error")
     fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state", "attempts",
               "last_dispatched_at", "last_error", "created_at", "updated_at")
 
     def get_fields(self, request, obj=None):
+        fields = self.fields
+        if obj is not None and not access.sees_sensitive(obj.tenant, scope=access.request_scope(request)):
+            # A viewer reads the request with the action's sensitive fields masked.
+            fields = tuple({"request": "masked_request", "last_error": "masked_last_error"}.get(f, f) for f in fields)
         # The decision control only for those allowed to use it.
         if obj is None or obj.state not in IN_DOUBT:
-            return self.fields
+            return fields
         allowed = access.may(request.user, "decide_operation", obj.job, scope=access.request_scope(request))
-        return ("decide_link" if allowed else "waiting_for_operator", *self.fields)
+        return ("decide_link" if allowed else "waiting_for_operator", *fields)
+
+    @admin.display(description="Request")
+    def masked_request(self, operation):
+        masker = job_masker(operation.job, sees_sensitive=False, also=[operation.request])
+        return json.dumps(masker.data(operation.request), indent=2, ensure_ascii=False)
+
+    @admin.display(description="Last error")
+    def masked_last_error(self, operation):
+        return job_masker(operation.job, sees_sensitive=False, also=[operation.request]).text(operation.last_error)
 
     @admin.display(description="Operator decision")
     def decide_link(self, operation):
@@ -142,12 +172,19 @@ class OperationAdmin(ScopedAdmin):
             else:
                 self.message_user(request, f"Recorded your decision on operation {operation.id}.", messages.SUCCESS)
                 return redirect("admin:operations_operation_change", operation.pk)
+        # A viewer reads the request with the action's sensitive fields masked.
+        masker = job_masker(operation.job, also=[operation.request],
+                            sees_sensitive=access.sees_sensitive(operation.tenant, scope=access.request_scope(request)))
+        request_data = masker.data(operation.request)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"Decide operation {operation.id}",
             "operation": operation,
-            "events": operation.events.order_by("-id")[:50],
+            "request_rows": _request_rows(request_data),
+            "request_json": json.dumps(request_data, indent=2, ensure_ascii=False, sort_keys=True),
+            "last_error": masker.text(operation.last_error),
+            "events": [(e, masker.text(e.reason)) for e in operation.events.order_by("-id")[:50]],
             "form": form,
             "refused": refused,
         }
@@ -163,6 +200,9 @@ class ReceiptAdmin(ScopedAdmin):
     search_fields = ("=provider_reference", "=operation__id")
     list_select_related = ("operation",)
     ordering = ("-id",)
+
+    class Media:
+        css = {"all": ("operations/operations.css",)}
     fields = ("operation", "provider_reference", "accepted_at", "how", "evidence", "recorded_by", "reason",
               "created_at")
 

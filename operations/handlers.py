@@ -5,16 +5,14 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 `handlers` module at start-up, which registers it.
 """
 
-from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.actions import JobContext, action
 from jobs.errors import PermanentError
 from jobs.retry import RetryPolicy
 
+from .previews import email_provider, recorded_or_rendered
 from .protocol import EMAIL_SEND, operation_perform
-
-DEFAULT_EMAIL_PROVIDER = "sim-idempotent"
 
 # Short first retries (an UNKNOWN outcome is usually reconciled at once), a
 # ceiling in line with what providers ask for on 429, and few enough attempts
@@ -56,8 +54,20 @@ def send_step(payload: dict) -> str:
     return "send" if revision == 1 else f"send-r{revision}"
 
 
+def send_email_preview(job):
+    """The email this job's payload (its current revision) sends."""
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    return recorded_or_rendered(job, step=send_step(payload), render=lambda: payload)
+
+
+def _request(payload: dict) -> dict:
+    return {"to": payload["to"], "subject": payload["subject"], "body": payload["body"]}
+
+
+# The recipient is personal data: a viewer reads the story without it.
 @action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, schema=EmailPayload,
-        description="Send one email (to, subject, body) through the email provider, at most once.")
+        description="Send one email (to, subject, body) through the email provider, at most once.",
+        preview=send_email_preview, sensitive=("to",))
 def send_email(ctx: JobContext) -> dict:
     """Send one email, at most once per job, through the operation protocol.
 
@@ -80,8 +90,8 @@ def send_email(ctx: JobContext) -> dict:
     problems = [name for name in ("to", "subject", "body") if not isinstance(payload.get(name), str)]
     if problems:
         raise PermanentError(f"the payload needs {', '.join(problems)} as text; nothing was sent")
-    provider = payload.get("provider") or getattr(settings, "OPERATIONS_DEFAULT_EMAIL_PROVIDER", DEFAULT_EMAIL_PROVIDER)
-    request = {"to": payload["to"], "subject": payload["subject"], "body": payload["body"]}
+    provider = email_provider(payload)
+    request = _request(payload)
     receipt = operation_perform(ctx, step=send_step(payload), provider=provider, kind=EMAIL_SEND, request=request)
     return {
         "operation": str(receipt.operation_id),

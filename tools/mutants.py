@@ -374,6 +374,17 @@ MUTANTS: list[Mutant] = [
              after="        for address in addresses:"),),
         ("tests/gateway/test_callbacks.py::test_a_callback_address_is_checked_when_delivering_not_only_when_saved",
          "tests/connectors/test_webhook.py")),
+    Mutant("correction-line-breaks", "a correction compares and stores a textarea's CRLF as LF", (
+        Edit("jobs/review.py", '        return value.replace("\\r\\n", "\\n").replace("\\r", "\\n")', "        return value"),),
+        ("tests/console/test_decision_page.py::test_a_correction_of_only_the_address_sent_with_crlf_records_no_body_change",
+         "tests/console/test_decision_page.py::test_a_corrected_body_is_stored_with_lf_line_breaks")),
+    Mutant("viewer-masking", "a viewer reads an action's sensitive fields masked", (
+        Edit("jobs/access.py", "    return scope.role(tenant) in SEES_SENSITIVE", "    return True"),),
+        ("tests/console/test_decision_page.py::test_a_viewer_reads_the_sensitive_fields_masked_and_those_who_decide_in_clear",)),
+    Mutant("evidence-required", "resolving with empty evidence is refused", (
+        Edit("jobs/review.py", '    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)',
+             '    evidence = decision_text(evidence, what="evidence", required=False)'),),
+        ("tests/console/test_decision_page.py::test_resolving_without_evidence_is_refused_and_the_page_keeps_the_note",)),
 ]
 
 

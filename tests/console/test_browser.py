@@ -6,8 +6,6 @@ tenant gets 404 on another's job; the admin's stylesheet loads.
 Set CONSOLE_SCREENSHOTS=<dir> to keep screenshots of the decision page and
 the index's health panel."""
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,75 +14,12 @@ from jobs.models import Job
 from operations.models import Operation
 from tests.support import wait_for
 
-from .conftest import make_job
+from .conftest import CHROMIUM, decide_in_form, make_job, shot
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
 ]
-PASSWORD = "pw"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def allow_sync_orm_beside_playwright():
-    """Playwright's sync API runs an event loop in this thread; the test's own
-    ORM calls are plain synchronous ones between browser steps. Allowed for
-    this module only, so no other test (or process it starts) inherits it."""
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    yield
-    if previous is None:
-        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture(scope="module")
-def browser(allow_sync_orm_beside_playwright):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"])
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def login(browser, live_server, people):
-    pages = []
-
-    def as_(role):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(f"{live_server.url}/admin/login/")
-        page.get_by_label("Username").fill(people[role].username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{live_server.url}/admin/")
-        pages.append(context)
-        return page
-
-    yield as_
-    for context in pages:
-        context.close()
-
-
-def shot(page, name):
-    folder = os.environ.get("CONSOLE_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
-
-
-def decide_in_form(page, label, note):
-    form = page.get_by_role("form", name=label)
-    form.get_by_label("Note (required)").fill(note)
-    form.get_by_role("button", name=label).click()
 
 
 @pytest.mark.django_db(transaction=True)
