@@ -374,6 +374,18 @@ MUTANTS: list[Mutant] = [
              after="        for address in addresses:"),),
         ("tests/gateway/test_callbacks.py::test_a_callback_address_is_checked_when_delivering_not_only_when_saved",
          "tests/connectors/test_webhook.py")),
+    Mutant("four-eyes-distinct-approvers", "a two-approval policy needs two different people", (
+        Edit("jobs/review.py", "        if event.actor == username:", "        if False:"),),
+        ("tests/console/test_review_policy.py",)),
+    Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
+        Edit("jobs/review.py", "    if proposer and proposer == username:", "    if False:"),),
+        ("tests/console/test_review_policy.py",)),
+    Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
+        Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
+             'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
+        Edit("company/review_notify.py", "        key = review_digest_key(ctx.tenant, user.pk, start)",
+             "        key = review_digest_key(ctx.tenant, user.pk, start) + ctx.worker_id"),),
+        ("tests/company/test_review_digest.py",)),
 ]
 
 
