@@ -23,6 +23,7 @@ from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
 from .timeline import timeline_json, timeline_page
+from .timer_views import queue_deadlines, review_clock
 
 QUEUE_PAGE = 50
 SERVICES = {
@@ -75,7 +76,9 @@ def _queue(request, state: str, title: str, template: str):
     operations = {}
     for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
         operations.setdefault(op.job_id, []).append(op)
-    rows = [{"job": job, "operations": operations.get(job.pk, [])} for job in page]
+    deadlines = queue_deadlines(page) if state == State.WAITING_REVIEW else {}
+    rows = [{"job": job, "operations": operations.get(job.pk, []), "deadline": deadlines.get(job.pk)}
+            for job in page]
     return TemplateResponse(request, template, _context(
         request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
         filters={"tenant": tenant, "action": action, "reason": reason},
@@ -154,6 +157,7 @@ def decision_page(request, job_id):
         correction=correction,
         note_max=review.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", ""),
+        **review_clock(request, job),
     ))
 
 
@@ -182,8 +186,13 @@ def decide(request, job_id, decision):
     except (access.DecisionRefused, JobError) as exc:
         messages.error(request, f"{access.DECISIONS[decision].label} refused: {exc}")
         return redirect("console:decide", job.pk)
-    messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
-                              f"{changed.state}.")
+    if changed.state == job.state == State.WAITING_REVIEW:
+        # The first of two approvals (four eyes): the effect waits for another person.
+        messages.success(request, f"{access.DECISIONS[decision].label}: your approval of {changed.tenant}/"
+                                  f"{changed.key} is recorded; it waits for a second reviewer's.")
+    else:
+        messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
+                                  f"{changed.state}.")
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)

@@ -22,24 +22,29 @@ from collections.abc import Callable
 
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
+from django.db.models import Q
 
 from durable.numbers import NumberRefused, whole_number
 
 from . import access
 from .access import DecisionRefused
 from .actions import action_spec
-from .models import Job, JobEvent, ReviewDeadline
+from .clock import db_now
+from .models import Job, JobEvent, ReviewDeadline, Timer
 from .payloads import PayloadInvalid, correction_form_class, payload_validate
+from .review_due import SUBJECT as REVIEW_SUBJECT
 from .review_due import review_clock_start
 from .review_policy import POLICY_ACTOR, review_terms
 from .selectors import newest_event
 from .states import State
-from .store import Store
+from .store import Conflict, Store
+from .timers import timer_cancel_for_job
 
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
            "job_correct_and_approve", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen",
            "seen_event_from", "decision_text", "job_for_decision", "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far",
-           "job_reject_by_policy", "APPROVAL_KINDS"]
+           "job_reject_by_policy", "APPROVAL_KINDS", "job_timers", "timer_run_now", "timer_reschedule",
+           "job_cancel_wait"]
 
 # The longest note or evidence a person may write on a decision: a few
 # paragraphs and a pasted line or two of a provider's dashboard. Longer text
@@ -167,7 +172,8 @@ def approvals_so_far(job: Job) -> list[JobEvent]:
                .exclude(from_state=State.WAITING_REVIEW).order_by("-id").values_list("id", flat=True).first())
     if entered is None:
         return []
-    return list(JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS).order_by("id"))
+    # Bounded: a policy asks for at most two approvals, so a handful is every one that counts.
+    return list(JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS).order_by("id")[:10])
 
 
 def _approval_stage(job: Job, user) -> tuple[int, list[JobEvent]]:
@@ -342,3 +348,80 @@ def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
                                                                detail={"decision": "cancel"}))
+
+
+# ---------------------------------------------------------------- waits and timers (operators)
+
+
+def job_timers(job: Job):
+    """The pending timers that may wake or act on `job`: its own (a wait's
+    wake-up) and its review's (`jobs.review_due`), soonest first (among the
+    PENDING timers only: partial index `timer_pending_due`)."""
+    return (Timer.objects.filter(state=Timer.Status.PENDING, tenant=job.tenant)
+            .filter(Q(job_id=job.pk) | Q(subject_type=REVIEW_SUBJECT, subject_id=str(job.pk)))
+            .order_by("scheduled_for", "id"))
+
+
+def _timer_of(job: Job, timer_id: int) -> Timer:
+    # Locked after the job (the order every path takes: job, then its
+    # timers), so a sweep that holds it is waited for and its outcome seen.
+    timer = job_timers(job).select_for_update().filter(pk=timer_id).first()
+    if timer is None:
+        raise AlreadyDecided(f"timer {timer_id} of this job is no longer pending (it fired or was cancelled); "
+                             f"nothing changed")
+    return timer
+
+
+def _move_timer(decision: str, *, job_id: int, timer_id: int, user, note: str, seen_event: int | None,
+                scheduled_for, kind: str) -> Job:
+    def run(job, actor, note):
+        timer = _timer_of(job, timer_id)
+        before = timer.scheduled_for
+        timer.scheduled_for = scheduled_for or db_now()
+        timer.save(update_fields=["scheduled_for"])
+        try:
+            return Store().note(job.tenant, job.key, kind=kind, state=job.state, actor=actor, reason=note,
+                                detail={"timer": timer.pk, "reason": timer.reason, "before": before.isoformat(),
+                                        "after": timer.scheduled_for.isoformat()})
+        except Conflict as exc:
+            raise AlreadyDecided(str(exc)) from None
+
+    return _decide(decision, job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
+
+
+def timer_run_now(*, job_id: int, timer_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator makes one of the job's pending timers due now (the next
+    sweep of any worker fires it, re-reading its subject as always); the job
+    stays as it is until then. Audited on the job (`timer_run_now`, actor,
+    before → after). Refused when the job moved since the operator's page,
+    or the timer is no longer pending. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _move_timer("run_timer", job_id=job_id, timer_id=timer_id, user=user, note=note,
+                       seen_event=seen_event, scheduled_for=None, kind="timer_run_now")
+
+
+def timer_reschedule(*, job_id: int, timer_id: int, user, note: str, seen_event: int | None, scheduled_for) -> Job:
+    """An operator moves one of the job's pending timers to `scheduled_for`
+    (an aware datetime), audited as `timer_rescheduled`; refused as
+    `timer_run_now` is. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    if scheduled_for is None or scheduled_for.tzinfo is None:
+        raise DecisionRefused("say when the timer should fire (a date and time, UTC)")
+    return _move_timer("reschedule_timer", job_id=job_id, timer_id=timer_id, user=user, note=note,
+                       seen_event=seen_event, scheduled_for=scheduled_for, kind="timer_rescheduled")
+
+
+def job_cancel_wait(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator ends a job's external wait (a reply or a timer that will
+    not come, or is no longer wanted): CANCELLED with the note as its reason,
+    its pending timers cancelled in the same transaction. Refused while an
+    external call of the job is in doubt (the guards registered for
+    `cancel`). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+
+    def run(job, actor, note):
+        reason = guard_refusal("cancel", job)
+        if reason:
+            raise DecisionRefused(reason)
+        changed = Store().cancel(job.tenant, job.key, reason=note, actor=actor, detail={"decision": "cancel_wait"})
+        timer_cancel_for_job(job_id=job.pk, reason=f"the wait was cancelled by {actor}: {note}")
+        return changed
+
+    return _decide("cancel_wait", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
