@@ -3,7 +3,7 @@ cancel a wait with a reason — each audited on the job and refused when the
 job moved since the operator's page; and the header's count of items waiting
 for the signed-in reviewer."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from django.utils import timezone
