@@ -173,3 +173,19 @@ def test_a_review_that_ended_before_its_escalation_ran_is_left_alone(people):
     assert run_one(store, escalation) == {"skipped": "the review ended or its clock restarted"}
     job.refresh_from_db()
     assert job.state == "READY" and job.events.last().kind == "approve"
+
+
+def test_the_review_policy_command_sets_terms_and_refuses_bad_periods(tenants):
+    from django.core.management import CommandError, call_command
+
+    from company.models import ReviewPolicy, TenantPolicy
+
+    call_command("review_policy", "--tenant", "studio", "--action", "connectors.send_email", "--approvals", "2",
+                 "--due-after", "PT4H", "--reject-after", "1 00:00:00", "--digest-every", "off")
+    policy = ReviewPolicy.objects.get(tenant__slug="studio", action="connectors.send_email")
+    assert (policy.approvals, policy.due_after, policy.reject_after) == (2, 4 * HOUR, 24 * HOUR)
+    assert TenantPolicy.objects.get(tenant__slug="studio").review_digest_every is None
+    with pytest.raises(CommandError, match="is not a period"):
+        call_command("review_policy", "--tenant", "studio", "--due-after", "soon")
+    with pytest.raises(CommandError, match="no tenant"):
+        call_command("review_policy", "--tenant", "nowhere")
