@@ -74,14 +74,17 @@ def _console_url(path: str) -> str:
 def review_digests_plan(*, limit: int = 100, worker_id: str = "review-digests", now=None) -> int:
     """Enqueue this period's digest plan of at most `limit` tenants (one
     job per tenant and period, idempotent by its key); returns how many it
-    created. Tenants without a policy row get the default period."""
+    created. Tenants without a policy row get the default period; a tenant
+    with nothing waiting for review gets no plan this time (a later sweep of
+    the same period plans it once something waits)."""
     at = now or db_now()
     created = 0
     default_every = TenantPolicy._meta.get_field("review_digest_every").default
     for tenant in Tenant.objects.select_related("policy").order_by("pk")[:limit]:
         policy = getattr(tenant, "policy", None)
         every = policy.review_digest_every if policy is not None else default_every
-        if not every:
+        # Nothing waits (one probe of the partial index `job_state_tenant`): no plan, no job.
+        if not every or not waiting_for_review(tenant.slug).exists():
             continue
         start = digest_period_start(every, at)
         _, made = Store().enqueue_once(

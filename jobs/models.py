@@ -259,6 +259,10 @@ class Timer(models.Model):
             # cancelled history is never visited, however much piles up.
             models.Index(fields=["scheduled_for", "id"], name="timer_pending_due",
                          condition=models.Q(state="PENDING")),
+            # A subject's pending timers (`timers_pending_for_subject`: a
+            # review's, cancelled by every decision; an invoice's reminder).
+            models.Index(fields=["subject_type", "subject_id"], name="timer_pending_subject",
+                         condition=models.Q(state="PENDING")),
         ]
 
     def __str__(self):

@@ -356,7 +356,7 @@ def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
 def job_timers(job: Job):
     """The pending timers that may wake or act on `job`: its own (a wait's
     wake-up) and its review's (`jobs.review_due`), soonest first (among the
-    PENDING timers only: partial index `timer_pending_due`)."""
+    PENDING timers only: partial indexes `timer_pending_due`, `timer_pending_subject`)."""
     return (Timer.objects.filter(state=Timer.Status.PENDING, tenant=job.tenant)
             .filter(Q(job_id=job.pk) | Q(subject_type=REVIEW_SUBJECT, subject_id=str(job.pk)))
             .order_by("scheduled_for", "id"))

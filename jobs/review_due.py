@@ -104,8 +104,9 @@ def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered
 def review_clock_stop(*, job: Job, at: datetime, reason: str) -> None:
     """End `job`'s review clock: its deadline row and pending timers go (in
     the caller's transaction)."""
-    ReviewDeadline.objects.filter(job_id=job.pk).delete()
-    _cancel_timers(job, at=at, reason=reason)
+    deleted, _ = ReviewDeadline.objects.filter(job_id=job.pk).delete()
+    if deleted:  # a review without a clock row never had timers
+        _cancel_timers(job, at=at, reason=reason)
 
 
 def _review_changed(*, job_id: int, entered: bool, clock) -> None:
