@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from jobs.access import DecisionRefused
 from jobs.admin_scope import ActionFilter, ScopedAdmin, TenantFilter
 
-from .models import Customer, Invoice, Proposal, Quote, TenantPolicy
+from .models import Customer, Invoice, Proposal, Quote, ReviewPolicy, TenantPolicy
 from .review import TENANT_FIELD, quote_approve_by
 from .services import QuoteStateError
 
@@ -73,5 +73,13 @@ class ProposalAdmin(CompanyAdmin):
 @admin.register(TenantPolicy)
 class TenantPolicyAdmin(CompanyAdmin):
     # A policy changes through `tenant_policy_set`.
-    list_display = ["tenant", "runs_without_review", "quote_follow_up_after", "invoice_reminder_after"]
+    list_display = ["tenant", "runs_without_review", "quote_follow_up_after", "invoice_reminder_after",
+                    "review_digest_every"]
+    list_filter = [TenantFilter]
+
+
+@admin.register(ReviewPolicy)
+class ReviewPolicyAdmin(CompanyAdmin):
+    # A review policy changes through `company.review_policy.review_policy_set`.
+    list_display = ["tenant", "action", "approvals", "due_after", "reject_after", "reset_due_on_correction"]
     list_filter = [TenantFilter]

@@ -57,12 +57,44 @@ class TenantPolicy(models.Model):
     invoice_reminder_after = models.DurationField(
         default=timedelta(days=1), help_text="How long after 09:00 UTC on the due date an open invoice is reminded."
     )
+    review_digest_every = models.DurationField(
+        null=True, blank=True, default=timedelta(days=1),
+        help_text="Each reviewer gets at most one email per period listing what waits for review; empty: none.",
+    )
 
     class Meta:
         verbose_name_plural = "tenant policies"
 
     def __str__(self):
         return f"policy of {self.tenant.slug}"
+
+
+class ReviewPolicy(models.Model):
+    """How a tenant's reviews of one action (or, with `action` empty, of
+    every action without its own row) are held to time and to four eyes
+    (`company.review_policy` hands these to the engine as `ReviewTerms`)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="review_policies")
+    action = models.CharField(max_length=100, blank=True, default="",
+                              help_text="The action this applies to; empty: the tenant's default.")
+    approvals = models.PositiveSmallIntegerField(
+        default=1, choices=[(1, "One reviewer"), (2, "Two different reviewers (four eyes)")])
+    due_after = models.DurationField(null=True, blank=True,
+                                     help_text="From entering review to overdue; empty: never due.")
+    reject_after = models.DurationField(null=True, blank=True,
+                                        help_text="From overdue to a rejection by the policy; empty: never.")
+    reset_due_on_correction = models.BooleanField(
+        default=False, help_text="A correction awaiting its second approval starts the clock again.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "action"], name="review_policy_unique_tenant_action"),
+            models.CheckConstraint(condition=models.Q(approvals__in=[1, 2]), name="review_policy_approvals_1_or_2"),
+        ]
+        verbose_name_plural = "review policies"
+
+    def __str__(self):
+        return f"review policy of {self.tenant.slug} for {self.action or 'every action'}"
 
 
 class Customer(models.Model):

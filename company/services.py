@@ -8,7 +8,7 @@ which also serialises the emitters of one aggregate's events.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from datetime import time as clock_time
 from decimal import Decimal
 
@@ -60,10 +60,15 @@ def tenant_policy(tenant: Tenant) -> TenantPolicy:
     return policy or TenantPolicy(tenant=tenant)
 
 
+_UNCHANGED = object()
+
+
 @transaction.atomic
 def tenant_policy_set(*, tenant: Tenant, runs_without_review: list[str] | None = None,
-                      quote_follow_up_after=None, invoice_reminder_after=None) -> TenantPolicy:
-    """Change what runs without review and the business delays of a tenant."""
+                      quote_follow_up_after=None, invoice_reminder_after=None,
+                      review_digest_every=_UNCHANGED) -> TenantPolicy:
+    """Change what runs without review and the business delays of a tenant
+    (`review_digest_every=None` turns the reviewers' digest off)."""
     policy, _ = TenantPolicy.objects.select_for_update().get_or_create(tenant=tenant)
     if runs_without_review is not None:
         policy.runs_without_review = sorted(set(runs_without_review))
@@ -71,6 +76,10 @@ def tenant_policy_set(*, tenant: Tenant, runs_without_review: list[str] | None =
         policy.quote_follow_up_after = quote_follow_up_after
     if invoice_reminder_after is not None:
         policy.invoice_reminder_after = invoice_reminder_after
+    if review_digest_every is not _UNCHANGED:
+        if review_digest_every is not None and review_digest_every <= timedelta(0):
+            raise ValueError(f"review_digest_every must be a positive period, not {review_digest_every}")
+        policy.review_digest_every = review_digest_every
     policy.save()
     return policy
 

@@ -4,7 +4,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from . import views
+from . import timer_views, views
 
 app_name = "console"
 
@@ -20,4 +20,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/decide/<slug:decision>/", _view(views.decide), name="decision"),
     path("jobs/<int:job_id>/timeline/", _view(views.timeline), name="timeline"),
     path("jobs/<int:job_id>/history.json", _view(views.timeline_download), name="timeline-json"),
+    path("jobs/<int:job_id>/timers/<int:timer_id>/run/", _view(timer_views.timer_run_now), name="timer-run"),
+    path("jobs/<int:job_id>/timers/<int:timer_id>/reschedule/", _view(timer_views.timer_reschedule),
+         name="timer-reschedule"),
+    path("jobs/<int:job_id>/cancel-wait/", _view(timer_views.wait_cancel), name="wait-cancel"),
 ]

@@ -24,6 +24,7 @@ from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
 from .timeline import reader_masker, timeline_json, timeline_page
+from .timer_views import queue_deadlines, review_clock
 
 QUEUE_PAGE = 50
 SERVICES = {
@@ -76,7 +77,9 @@ def _queue(request, state: str, title: str, template: str):
     operations = {}
     for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
         operations.setdefault(op.job_id, []).append(op)
-    rows = [{"job": job, "operations": operations.get(job.pk, [])} for job in page]
+    deadlines = queue_deadlines(page) if state == State.WAITING_REVIEW else {}
+    rows = [{"job": job, "operations": operations.get(job.pk, []), "deadline": deadlines.get(job.pk)}
+            for job in page]
     return TemplateResponse(request, template, _context(
         request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
         filters={"tenant": tenant, "action": action, "reason": reason},
@@ -217,6 +220,7 @@ def _decision_response(request, job: Job, *, posted: dict | None = None, correct
         posted=posted or {},
         note_max=review.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", "") if posted is None else request.POST.get("next", ""),
+        **review_clock(request, job),
     ), status=status)
 
 
@@ -277,8 +281,13 @@ def decide(request, job_id, decision):
             raise Http404("no such decision")
     except (access.DecisionRefused, JobError) as exc:
         return _refused(request, job, decision, exc)
-    messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
-                              f"{changed.state}.")
+    if changed.state == job.state == State.WAITING_REVIEW:
+        # The first of two approvals (four eyes): the effect waits for another person.
+        messages.success(request, f"{access.DECISIONS[decision].label}: your approval of {changed.tenant}/"
+                                  f"{changed.key} is recorded; it waits for a second reviewer's.")
+    else:
+        messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
+                                  f"{changed.state}.")
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)

@@ -149,6 +149,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context_processors.review_waiting",
             ],
         },
     },
@@ -246,6 +247,10 @@ JOBS_MAX_PAYLOAD_BYTES = env.int("JOBS_MAX_PAYLOAD_BYTES", default=256 * 1024)
 
 # Outbox deliveries before a failing event is quarantined (DESIGN §7).
 OUTBOX_MAX_ATTEMPTS = env.int("OUTBOX_MAX_ATTEMPTS", default=10)
+
+# Where the console is reached from a reviewer's mailbox: the links in the
+# reviewers' digest and overdue emails (company.review_notify) start with it.
+CONSOLE_BASE_URL = env("CONSOLE_BASE_URL", default="http://localhost:8000")
 
 # The provider `connectors.send_email` uses when a payload names none.
 OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", default="sim-idempotent")

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.http import Http404
 from django.utils.module_loading import import_string
 
-from .states import TRANSITIONS, State
+from .states import TRANSITIONS, WAITING, State
 
 REVIEWER, OPERATOR, VIEWER = "reviewer", "operator", "viewer"
 ROLES = (REVIEWER, OPERATOR, VIEWER)
@@ -107,6 +107,12 @@ for _decision in [
     # Tenant-level operator decisions on the engine's own events (no job state involved).
     Decision("requeue_outbox", "Requeue outbox event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
     Decision("resolve_inbound", "Resolve inbound event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
+    # Operators on a job's waits and timers (issue 22): no transition of
+    # their own except ending an external wait, which is the cancel one.
+    Decision("run_timer", "Run timer now", "jobs.operate_job", frozenset({OPERATOR}), frozenset(WAITING)),
+    Decision("reschedule_timer", "Reschedule timer", "jobs.operate_job", frozenset({OPERATOR}), frozenset(WAITING)),
+    job_decision("cancel_wait", "Cancel the wait", "jobs.operate_job", OPERATOR, transition="cancel",
+                 queue=State.WAITING_EXTERNAL),
 ]:
     register_decision(_decision)
 

@@ -259,10 +259,42 @@ class Timer(models.Model):
             # cancelled history is never visited, however much piles up.
             models.Index(fields=["scheduled_for", "id"], name="timer_pending_due",
                          condition=models.Q(state="PENDING")),
+            # A subject's pending timers (`timers_pending_for_subject`: a
+            # review's, cancelled by every decision; an invoice's reminder).
+            models.Index(fields=["subject_type", "subject_id"], name="timer_pending_subject",
+                         condition=models.Q(state="PENDING")),
         ]
 
     def __str__(self):
         return f"{self.reason} at {self.scheduled_for:%Y-%m-%d %H:%M} [{self.state}]"
+
+
+# ---------------------------------------------------------------- review deadlines
+
+
+class ReviewDeadline(models.Model):
+    """The clock of a job's current stay in WAITING_REVIEW (`jobs.review_due`):
+    which `round` it is (a new stay, or a correction the policy lets restart
+    the clock, begins a new one; the round's timers die with it), when it is
+    due, and since when it is overdue. Deleted when the job leaves review."""
+
+    job = models.OneToOneField("Job", primary_key=True, on_delete=models.CASCADE, related_name="review_deadline")
+    tenant = models.CharField(max_length=64)
+    round = models.PositiveIntegerField(default=1)
+    entered_at = models.DateTimeField()
+    due_at = models.DateTimeField(null=True, blank=True)
+    overdue_at = models.DateTimeField(null=True, blank=True)
+    reject_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # "Overdue" in a tenant's review queue: only the overdue rows are indexed.
+            models.Index(fields=["tenant", "overdue_at"], name="review_overdue",
+                         condition=models.Q(overdue_at__isnull=False)),
+        ]
+
+    def __str__(self):
+        return f"review of job {self.job_id}, round {self.round}, due {self.due_at}"
 
 
 # ---------------------------------------------------------------- claim bookkeeping (DESIGN §5)

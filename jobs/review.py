@@ -22,20 +22,29 @@ from collections.abc import Callable
 
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
+from django.db.models import Q
 
 from durable.numbers import NumberRefused, whole_number
 
 from . import access
 from .access import DecisionRefused
 from .actions import action_spec
-from .models import Job
+from .clock import db_now
+from .models import Job, JobEvent, ReviewDeadline, Timer
 from .payloads import PayloadInvalid, correction_form_class, payload_validate
+from .review_due import SUBJECT as REVIEW_SUBJECT
+from .review_due import review_clock_start
+from .review_policy import POLICY_ACTOR, review_terms
 from .selectors import newest_event
-from .store import Store
+from .states import State
+from .store import Conflict, Store
+from .timers import timer_cancel_for_job
 
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
-           "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve", "job_cancel", "decision_logged", "check_seen",
-           "seen_event_from", "decision_text", "job_for_decision", "NOTE_MAX_CHARS"]
+           "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve",
+           "job_cancel", "decision_logged", "check_seen", "seen_event_from", "decision_text", "job_for_decision",
+           "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
+           "timer_run_now", "timer_reschedule", "job_cancel_wait"]
 
 # The longest note or evidence a person may write on a decision: a few
 # paragraphs and a pasted line or two of a provider's dashboard. Longer text
@@ -164,12 +173,97 @@ def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | No
     return changed
 
 
+# A first approval of two, as is or corrected: the job stays in review.
+APPROVAL_KINDS = ("approval", "correction")
+
+
+def proposer_of(job: Job) -> str:
+    """Who proposed the job: the proposal's `proposed_by` in its creation
+    event (contract C1), else that event's actor ("" when nobody is named)."""
+    created = JobEvent.objects.filter(job_id=job.pk, kind="enqueue").order_by("id").first()
+    if created is None:
+        return ""
+    proposal = (created.detail or {}).get("proposal") if isinstance(created.detail, dict) else None
+    return str((proposal or {}).get("proposed_by") or created.actor or "")
+
+
+def approvals_so_far(job: Job) -> list[JobEvent]:
+    """The first approvals (as is or corrected) of the job's current stay in
+    review, oldest first: events of `APPROVAL_KINDS` after the newest one that
+    brought it into review (index `jobevent_job_id`)."""
+    entered = (JobEvent.objects.filter(job_id=job.pk, to_state=State.WAITING_REVIEW)
+               .exclude(from_state=State.WAITING_REVIEW).order_by("-id").values_list("id", flat=True).first())
+    if entered is None:
+        return []
+    # Bounded: a policy asks for at most two approvals, so a handful is every one that counts.
+    return list(JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS).order_by("id")[:10])
+
+
+def _approval_stage(job: Job, user) -> tuple[int, list[JobEvent]]:
+    """(approvals the policy requires, first approvals so far), after the
+    four-eyes rules: the proposer never approves their own proposal, and
+    nobody approves twice. Raises `DecisionRefused`."""
+    username = user.get_username()
+    proposer = proposer_of(job)
+    if proposer and proposer == username:
+        raise DecisionRefused(f"you proposed this item ({proposer}); another reviewer must approve it")
+    required = max(1, review_terms(job).approvals)
+    earlier = approvals_so_far(job) if required > 1 else []
+    for event in earlier:
+        if event.actor == username:
+            raise DecisionRefused(
+                f"you approved this item already at {event.created_at:%Y-%m-%d %H:%M:%S %Z}; it needs "
+                f"{required} approvals by different people, so the next must come from another reviewer")
+    return required, earlier
+
+
+def _approvals_detail(earlier: list[JobEvent], username: str, required: int) -> dict:
+    return {"approvals": [*(e.actor for e in earlier), username], "required": required}
+
+
 def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
     """A reviewer approves a job waiting for review: READY at once, its
-    payload unchanged. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
-    return _decide("approve", job_id=job_id, user=user, note=note, seen_event=seen_event,
-                   run=lambda job, actor, note: Store().approve(job.tenant, job.key, reason=note, actor=actor,
-                                                                detail={"decision": "approve"}))
+    payload unchanged — or, when the tenant's policy requires two approvals
+    and this is the first, recorded as the first approval (the job stays in
+    review). The proposer may not approve their own proposal, nor one person
+    twice. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+
+    def run(job, actor, note):
+        required, earlier = _approval_stage(job, user)
+        detail = {"decision": "approve", **_approvals_detail(earlier, actor, required)}
+        if len(earlier) + 1 < required:
+            return Store().note(job.tenant, job.key, kind="approval", state=State.WAITING_REVIEW, reason=note,
+                                actor=actor, detail={**detail, "approval": len(earlier) + 1})
+        return Store().approve(job.tenant, job.key, reason=note, actor=actor, detail=detail)
+
+    return _decide("approve", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
+
+
+def job_reject_by_policy(*, job_id: int, round: int, due=None) -> dict:
+    """The tenant's review policy rejects an item left undecided past its
+    second period: the reviewers' `reject` (CANCELLED, the reason on it),
+    with the same guards as a person's (an external call in doubt holds it
+    back: then it is recorded and left to people), only while the review
+    round it was set for still runs. The history row's actor is the policy."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        deadline = ReviewDeadline.objects.filter(job_id=job_id).first()
+        if job is None or job.state != State.WAITING_REVIEW or deadline is None or deadline.round != round:
+            return {"skipped": "the review ended or its clock restarted"}
+        overdue = f"{deadline.overdue_at:%Y-%m-%d %H:%M:%S %Z}" if deadline.overdue_at else "its due time"
+        reason = guard_refusal("reject", job)
+        if reason:
+            Store().note(job.tenant, job.key, kind="policy_reject_held", state=State.WAITING_REVIEW,
+                         actor=POLICY_ACTOR, reason=f"not rejected by the review policy: {reason}",
+                         detail={"round": round})
+            return {"held": reason}
+        terms = review_terms(job)
+        changed = Store().reject(
+            job.tenant, job.key, actor=POLICY_ACTOR,
+            reason=f"rejected by the review policy: not decided in time (overdue since {overdue})",
+            detail={"decision": "reject", "policy": terms.source, "round": round,
+                    "overdue_at": deadline.overdue_at.isoformat() if deadline.overdue_at else None})
+    return {"rejected": changed.key}
 
 
 def job_reject(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
@@ -202,11 +296,15 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
     handler performs the corrected request as a new operation (a new id);
     earlier ones stay as evidence. Refused (by the guards other apps
     register) while any external call of the job may have reached the
-    provider. Raises `DecisionRefused` (also for invalid or unchanged
-    fields), `AlreadyDecided`, `Http404`.
+    provider. Under a two-approval policy the first correction is the
+    first approval (the job stays in review with the corrected payload).
+    Raises `DecisionRefused` (also for invalid or unchanged fields, the
+    proposer's own proposal, a second approval by the same person),
+    `AlreadyDecided`, `Http404`.
     """
 
     def run(job, actor, note):
+        required, earlier = _approval_stage(job, user)
         form = correction_form(job, data)
         if form is None:
             raise DecisionRefused(f"action {job.action} declares no correctable fields; approve or reject it")
@@ -230,8 +328,19 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
                 for error in exc.errors:
                     errors.setdefault(error["loc"][0] if error["loc"] else "", []).append(error["msg"])
                 raise CorrectionInvalid(errors) from None
-        return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor,
-                               detail={"decision": "correct", "correction": correction, "revision": revision})
+        detail = {"decision": "correct", "correction": correction, "revision": revision,
+                  **_approvals_detail(earlier, actor, required)}
+        if len(earlier) + 1 < required:
+            # The first of two approvals, edited: the corrected payload waits
+            # for the second; the clock goes on unless the policy restarts it.
+            changed = Store().note(job.tenant, job.key, kind="correction", state=State.WAITING_REVIEW,
+                                   reason=note, actor=actor, payload=payload,
+                                   detail={**detail, "approval": len(earlier) + 1})
+            if review_terms(job).reset_on_correction:
+                review_clock_start(job=changed, at=changed.events.order_by("-id").first().created_at,
+                                   reason="corrected")
+            return changed
+        return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor, detail=detail)
 
     return _decide("correct", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
 
@@ -266,3 +375,80 @@ def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
                                                                detail={"decision": "cancel"}))
+
+
+# ---------------------------------------------------------------- waits and timers (operators)
+
+
+def job_timers(job: Job):
+    """The pending timers that may wake or act on `job`: its own (a wait's
+    wake-up) and its review's (`jobs.review_due`), soonest first (among the
+    PENDING timers only: partial indexes `timer_pending_due`, `timer_pending_subject`)."""
+    return (Timer.objects.filter(state=Timer.Status.PENDING, tenant=job.tenant)
+            .filter(Q(job_id=job.pk) | Q(subject_type=REVIEW_SUBJECT, subject_id=str(job.pk)))
+            .order_by("scheduled_for", "id"))
+
+
+def _timer_of(job: Job, timer_id: int) -> Timer:
+    # Locked after the job (the order every path takes: job, then its
+    # timers), so a sweep that holds it is waited for and its outcome seen.
+    timer = job_timers(job).select_for_update().filter(pk=timer_id).first()
+    if timer is None:
+        raise AlreadyDecided(f"timer {timer_id} of this job is no longer pending (it fired or was cancelled); "
+                             f"nothing changed")
+    return timer
+
+
+def _move_timer(decision: str, *, job_id: int, timer_id: int, user, note: str, seen_event: int | None,
+                scheduled_for, kind: str) -> Job:
+    def run(job, actor, note):
+        timer = _timer_of(job, timer_id)
+        before = timer.scheduled_for
+        timer.scheduled_for = scheduled_for or db_now()
+        timer.save(update_fields=["scheduled_for"])
+        try:
+            return Store().note(job.tenant, job.key, kind=kind, state=job.state, actor=actor, reason=note,
+                                detail={"timer": timer.pk, "reason": timer.reason, "before": before.isoformat(),
+                                        "after": timer.scheduled_for.isoformat()})
+        except Conflict as exc:
+            raise AlreadyDecided(str(exc)) from None
+
+    return _decide(decision, job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
+
+
+def timer_run_now(*, job_id: int, timer_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator makes one of the job's pending timers due now (the next
+    sweep of any worker fires it, re-reading its subject as always); the job
+    stays as it is until then. Audited on the job (`timer_run_now`, actor,
+    before → after). Refused when the job moved since the operator's page,
+    or the timer is no longer pending. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    return _move_timer("run_timer", job_id=job_id, timer_id=timer_id, user=user, note=note,
+                       seen_event=seen_event, scheduled_for=None, kind="timer_run_now")
+
+
+def timer_reschedule(*, job_id: int, timer_id: int, user, note: str, seen_event: int | None, scheduled_for) -> Job:
+    """An operator moves one of the job's pending timers to `scheduled_for`
+    (an aware datetime), audited as `timer_rescheduled`; refused as
+    `timer_run_now` is. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    if scheduled_for is None or scheduled_for.tzinfo is None:
+        raise DecisionRefused("say when the timer should fire (a date and time, UTC)")
+    return _move_timer("reschedule_timer", job_id=job_id, timer_id=timer_id, user=user, note=note,
+                       seen_event=seen_event, scheduled_for=scheduled_for, kind="timer_rescheduled")
+
+
+def job_cancel_wait(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+    """An operator ends a job's external wait (a reply or a timer that will
+    not come, or is no longer wanted): CANCELLED with the note as its reason,
+    its pending timers cancelled in the same transaction. Refused while an
+    external call of the job is in doubt (the guards registered for
+    `cancel`). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+
+    def run(job, actor, note):
+        reason = guard_refusal("cancel", job)
+        if reason:
+            raise DecisionRefused(reason)
+        changed = Store().cancel(job.tenant, job.key, reason=note, actor=actor, detail={"decision": "cancel_wait"})
+        timer_cancel_for_job(job_id=job.pk, reason=f"the wait was cancelled by {actor}: {note}")
+        return changed
+
+    return _decide("cancel_wait", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)

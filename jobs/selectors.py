@@ -158,7 +158,6 @@ def jobs_needing_attention(*, tenant: str, jobs: QuerySet | None = None) -> Quer
 
 
 def timers_pending_for_subject(*, tenant: str, subject_type: str, subject_id: str | int) -> QuerySet:
-    """PENDING timers about one subject (read among the PENDING timers only,
-    through the partial index `timer_pending_due`)."""
+    """PENDING timers about one subject (partial index `timer_pending_subject`)."""
     return Timer.objects.filter(tenant=tenant, subject_type=subject_type, subject_id=str(subject_id),
                                 state=Timer.Status.PENDING)

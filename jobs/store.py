@@ -41,6 +41,27 @@ DEFAULT_TTL = 30.0
 # PostgreSQL accepts at most 65,535 parameters per statement.
 _ENQUEUE_CHUNK = 4000
 
+# Told, in the transaction of the change, that a job entered or left
+# WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review deadlines
+# (`jobs.review_due`) register here, so every path into or out of review —
+# a proposal, a handler's wait, a failure, a decision — plans or ends them.
+_review_hooks: list = []
+
+
+def on_review_change(hook) -> None:
+    """Register `hook` (see `_review_hooks`); registering it twice is harmless."""
+    if hook not in _review_hooks:
+        _review_hooks.append(hook)
+
+
+def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -> None:
+    entered = to_state == State.WAITING_REVIEW
+    if entered == (from_state == State.WAITING_REVIEW):
+        return
+    for hook in _review_hooks:
+        hook(job_id=job_id, entered=entered, clock=clock)
+
+
 _EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at"
 
 # The fence: which rows a worker's write may touch (served by the unique
@@ -647,6 +668,28 @@ class Store:
             notify.job_ready()
         return Job.objects.get(pk=job.pk)
 
+    def note(self, tenant: str, key: str, *, kind: str, reason: str, actor: str, state: str,
+             detail: dict | None = None, payload: dict | None = None, now=None) -> Job:
+        """Record what happened to a job that stays in `state` — a first of
+        two approvals, a correction awaiting the second, an overdue review, an
+        operator moving a timer — as a history row (`kind`, from = to =
+        `state`), and with `payload` replace its payload. No transition: the
+        state machine is not involved, and a job no longer in `state` raises
+        `Conflict` with nothing written."""
+        clock = Clock.of(now)
+        with transaction.atomic():
+            job = self._locked(tenant, key)
+            if job.state != state:
+                raise Conflict(f"{tenant}/{key} is {job.state}, not {state}; nothing was recorded")
+            if payload is not None:
+                checked = job_validate(tenant=tenant, key=key, action=job.action, payload=payload,
+                                       priority=job.priority, run_at=None, max_attempts=job.max_attempts,
+                                       default_max_attempts=job.max_attempts)
+                Job.objects.filter(pk=job.pk).update(payload=checked.payload)
+            self._append_event(job.id, kind, job.state, job.state, clock, epoch=job.lease_epoch, actor=actor,
+                               reason=storable_text(reason), detail=detail)
+        return Job.objects.get(pk=job.pk)
+
     # ------------------------------------------------------------ recovery
 
     def recover_expired(self, *, limit: int = 100, now=None, actor: str = "recovery") -> list[Recovered]:
@@ -751,14 +794,19 @@ class Store:
         update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
         params += [tenant, key, epoch, worker_id]
         event = [name, State.LEASED, str(target), worker_id, worker_id, storable_text(reason), _json(detail)]
-        with _atomic_unless_postgres(), connection.cursor() as cursor:
+        # Into review: the deadline hooks write in the same transaction.
+        into_review = target == State.WAITING_REVIEW and _review_hooks
+        atomic = transaction.atomic() if into_review else _atomic_unless_postgres()
+        with atomic, connection.cursor() as cursor:
             if _is_postgres() and log:
                 cursor.execute(
                     f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "
-                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql} FROM changed",
+                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql} FROM changed "
+                    f"RETURNING job_id",
                     [*params, *event, *now_params],
                 )
-                written = cursor.rowcount
+                rows = cursor.fetchall()
+                written = len(rows)
             else:
                 cursor.execute(update, params)
                 rows = cursor.fetchall()
@@ -768,6 +816,8 @@ class Store:
                         f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
                         [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params],
                     )
+            if rows and into_review:
+                _review_changed(rows[0][0], State.LEASED, target, clock)
         if not written:
             job = Job.objects.filter(tenant=tenant, key=key).first()
             if job is None:
@@ -808,6 +858,7 @@ class Store:
                  storable_text(reason), _json(detail),
                  *now_params],
             )
+        _review_changed(job_id, from_state, to_state, clock)
 
 
 def _finishes(done: list[tuple[Job, Any]]) -> "claim_sql.Finishes":

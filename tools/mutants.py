@@ -385,6 +385,18 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/review.py", '    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)',
              '    evidence = decision_text(evidence, what="evidence", required=False)'),),
         ("tests/console/test_decision_page.py::test_resolving_without_evidence_is_refused_and_the_page_keeps_the_note",)),
+    Mutant("four-eyes-distinct-approvers", "a two-approval policy needs two different people", (
+        Edit("jobs/review.py", "        if event.actor == username:", "        if False:"),),
+        ("tests/console/test_review_policy.py",)),
+    Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
+        Edit("jobs/review.py", "    if proposer and proposer == username:", "    if False:"),),
+        ("tests/console/test_review_policy.py",)),
+    Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
+        Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
+             'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
+        Edit("company/review_notify.py", "        key = review_digest_key(ctx.tenant, user.pk, start)",
+             "        key = review_digest_key(ctx.tenant, user.pk, start) + ctx.worker_id"),),
+        ("tests/company/test_review_digest.py",)),
 ]
 
 

@@ -1,0 +1,136 @@
+"""The clock of a review (issue 22): when an item waiting for review is due,
+and the durable timers that act when it is not decided in time.
+
+Whenever a job enters WAITING_REVIEW (a proposal, a handler's wait, a
+failure sent to review) the Store tells this module in the same transaction
+(`store.on_review_change`): a `ReviewDeadline` row starts a new *round* with
+the due time from the policy's `ReviewTerms` (`jobs.review_policy`), and an
+engine timer (`jobs.timers`, no sleeping process) is scheduled for it. When
+the job leaves review — any decision, by any path — the row is deleted and
+the round's pending timers are cancelled, in that transaction too.
+
+A timer does not act itself: on firing it enqueues `jobs.review_escalate`
+(`jobs.review_escalation`) under a key naming the job, the stage and the
+round, so a timer fired twice escalates once. It is also bound to its round
+by a cancellation condition (`review_round_over`), so a timer that escaped
+the cancellation (an operator's reschedule racing a decision) is cancelled
+when it fires rather than acting on a review that is over.
+"""
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from .models import Job, ReviewDeadline, Timer
+from .review_policy import review_terms
+from .selectors import timers_pending_for_subject
+from .states import State
+from .store import on_review_change
+from .timers import SubjectState, register_subject, timer_condition, timer_schedule
+
+__all__ = ["SUBJECT", "ESCALATE", "OVERDUE", "REJECT", "review_clock_start", "review_clock_stop",
+           "review_timers", "review_deadlines_for"]
+
+SUBJECT = "jobs.review"
+ESCALATE = "jobs.review_escalate"
+ROUND_OVER = "review_round_over"
+OVERDUE, REJECT = "overdue", "reject"
+
+
+def _load(*, tenant: str, subject_id: str) -> SubjectState | None:
+    job = Job.objects.filter(tenant=tenant, pk=subject_id).first()
+    if job is None:
+        return None
+    deadline = ReviewDeadline.objects.filter(job_id=job.pk).first()
+    return SubjectState(version=None, context={"state": job.state, "round": deadline.round if deadline else None})
+
+
+register_subject(SUBJECT, loader=_load)
+
+
+@timer_condition(ROUND_OVER)
+def review_round_over(subject: SubjectState, *, round: int, **_) -> bool | str:
+    """Holds when the review the timer was set for is over: the job left
+    review, or its clock was restarted (a new round)."""
+    if subject.context.get("state") != State.WAITING_REVIEW:
+        return f"the review ended (the job is {subject.context.get('state')})"
+    if subject.context.get("round") != round:
+        return f"the review's clock was restarted (round {subject.context.get('round')})"
+    return False
+
+
+def review_timers(job_id: int, *, tenant: str):
+    """The pending timers of the job's review (partial index `timer_pending_due`)."""
+    return timers_pending_for_subject(tenant=tenant, subject_type=SUBJECT, subject_id=job_id)
+
+
+def _cancel_timers(job: Job, *, at: datetime, reason: str) -> int:
+    return review_timers(job.pk, tenant=job.tenant).update(
+        state=Timer.Status.CANCELLED, decided_at=at, outcome={"decision": "cancelled", "reason": reason})
+
+
+def escalation_timer(job: Job, deadline: ReviewDeadline, *, stage: str, at: datetime) -> Timer:
+    """Schedule the round's `stage` (overdue or reject) for `at`."""
+    what = "due" if stage == OVERDUE else "rejected by the review policy if still undecided"
+    return timer_schedule(
+        scheduled_for=at, reason=f"review {what}", tenant=job.tenant, action=ESCALATE,
+        job_key=f"review-{stage}-{job.pk}-r{deadline.round}",
+        payload={"job_id": job.pk, "round": deadline.round, "stage": stage},
+        subject_type=SUBJECT, subject_id=job.pk, cancellation_condition=ROUND_OVER,
+        cancellation_args={"round": deadline.round},
+    )
+
+
+def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered review") -> ReviewDeadline:
+    """Begin a new round of `job`'s review at `at`: due per the policy, the
+    previous round's timers cancelled. In the caller's transaction, with the
+    job's row locked by it (a transition or a decision)."""
+    terms = review_terms(job)
+    deadline = ReviewDeadline.objects.select_for_update().filter(job_id=job.pk).first()
+    if deadline is None:
+        deadline = ReviewDeadline(job_id=job.pk, tenant=job.tenant, round=1)
+    else:
+        deadline.round += 1
+        _cancel_timers(job, at=at, reason=f"{reason}: the clock restarted")
+    deadline.entered_at = at
+    deadline.due_at = at + timedelta(seconds=terms.due_after) if terms.due_after is not None else None
+    deadline.overdue_at = deadline.reject_at = None
+    deadline.save()
+    if deadline.due_at is not None:
+        escalation_timer(job, deadline, stage=OVERDUE, at=deadline.due_at)
+    return deadline
+
+
+def review_clock_stop(*, job: Job, at: datetime, reason: str) -> None:
+    """End `job`'s review clock: its deadline row and pending timers go (in
+    the caller's transaction)."""
+    deleted, _ = ReviewDeadline.objects.filter(job_id=job.pk).delete()
+    if deleted:  # a review without a clock row never had timers
+        _cancel_timers(job, at=at, reason=reason)
+
+
+def _review_changed(*, job_id: int, entered: bool, clock) -> None:
+    job = Job.objects.get(pk=job_id)
+    at = clock.value()
+    if entered:
+        review_clock_start(job=job, at=at)
+    else:
+        review_clock_stop(job=job, at=at, reason=f"the review ended: the job is {job.state}")
+
+
+on_review_change(_review_changed)
+
+
+def review_deadlines_for(job_ids) -> dict[int, ReviewDeadline]:
+    """The deadlines of these jobs (a page of a queue), by job id."""
+    return {d.job_id: d for d in ReviewDeadline.objects.filter(job_id__in=list(job_ids))}
+
+
+def is_overdue(deadline: ReviewDeadline | None, *, now: datetime | None = None) -> bool:
+    """Past its due time (marked by the escalation, or past due already)."""
+    if deadline is None:
+        return False
+    if deadline.overdue_at is not None:
+        return True
+    return deadline.due_at is not None and deadline.due_at <= (now or timezone.now())
+

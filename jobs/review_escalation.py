@@ -1,0 +1,83 @@
+"""What a review's timer does when it fires (`jobs.review_due`): the job
+`jobs.review_escalate` it enqueues marks the item overdue and tells the
+tenant's reviewers, or — a second period later, when the policy says so —
+rejects it through the decision service (`jobs.review.job_reject_by_policy`).
+
+Each step re-reads the reviewed job under its row lock and does nothing when
+the review it was set for is over (decided, or its clock restarted): a late,
+repeated or retried escalation is harmless.
+"""
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from . import review
+from .actions import action
+from .models import Job, ReviewDeadline
+from .review_due import ESCALATE, OVERDUE, REJECT, escalation_timer
+from .review_policy import POLICY_ACTOR, review_terms
+from .states import State
+from .store import Store
+
+__all__ = ["register_overdue_notifier", "review_escalate"]
+
+# Told (after the overdue mark committed) that an item is overdue:
+# `notifier(job=…, deadline=…)` — the business app emails the tenant's reviewers.
+_notifiers: list[Callable] = []
+
+
+def register_overdue_notifier(notifier: Callable) -> None:
+    """Add a notifier (registering it twice is harmless)."""
+    if notifier not in _notifiers:
+        _notifiers.append(notifier)
+
+
+def _fired_at(payload: dict) -> datetime:
+    # The time the round's timer was set for: the escalation is dated by the
+    # policy's clock, not by when a worker got round to it.
+    scheduled = (payload.get("timer") or {}).get("scheduled_for")
+    return datetime.fromisoformat(scheduled) if scheduled else None
+
+
+@action(ESCALATE, description="Mark an undecided review overdue, or reject it when the tenant's policy says so.")
+def review_escalate(ctx) -> dict:
+    payload = ctx.payload
+    job_id, round_, stage = payload.get("job_id"), payload.get("round"), payload.get("stage")
+    if stage == REJECT:
+        return review.job_reject_by_policy(job_id=job_id, round=round_, due=_fired_at(payload))
+    if stage != OVERDUE:
+        raise ValueError(f"unknown review escalation stage {stage!r}")
+    marked = _mark_overdue(job_id=job_id, round_=round_, at=_fired_at(payload))
+    if marked is None:
+        return {"skipped": "the review ended or its clock restarted"}
+    job, deadline = marked
+    for notifier in _notifiers:
+        notifier(job=job, deadline=deadline)
+    return {"overdue": job.key, "round": round_, "reject_at": deadline.reject_at.isoformat()
+            if deadline.reject_at else None}
+
+
+def _mark_overdue(*, job_id: int, round_: int, at: datetime | None):
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        deadline = ReviewDeadline.objects.filter(job_id=job_id).first()
+        if (job is None or job.state != State.WAITING_REVIEW or deadline is None or deadline.round != round_
+                or deadline.overdue_at is not None):
+            return None
+        terms = review_terms(job)
+        deadline.overdue_at = at or deadline.due_at
+        if terms.reject_after is not None:
+            deadline.reject_at = deadline.overdue_at + timedelta(seconds=terms.reject_after)
+        deadline.save(update_fields=["overdue_at", "reject_at"])
+        Store().note(job.tenant, job.key, kind="overdue", state=State.WAITING_REVIEW, actor=POLICY_ACTOR,
+                     reason=f"not decided by {deadline.due_at:%Y-%m-%d %H:%M:%S %Z}; the tenant's reviewers are told"
+                            + (f"; rejected at {deadline.reject_at:%Y-%m-%d %H:%M:%S %Z} if still undecided"
+                               if deadline.reject_at else ""),
+                     detail={"round": round_, "due_at": deadline.due_at.isoformat(),
+                             "reject_at": deadline.reject_at.isoformat() if deadline.reject_at else None,
+                             "policy": terms.source})
+        if deadline.reject_at is not None:
+            escalation_timer(job, deadline, stage=REJECT, at=deadline.reject_at)
+    return job, deadline
