@@ -4,7 +4,6 @@
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -14,7 +13,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from durable.numbers import NumberRefused, whole_number
 from jobs import access, review
-from jobs.actions import registered_actions
 from jobs.errors import JobError
 from jobs.models import Job, JobEvent
 from jobs.payloads import payload_display
@@ -22,9 +20,9 @@ from jobs.selectors import newest_events
 from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
+from .queues import assignment_context, next_item_url
 from .timeline import timeline_json, timeline_page
 
-QUEUE_PAGE = 50
 SERVICES = {
     "approve": review.job_approve,
     "reject": review.job_reject,
@@ -53,45 +51,6 @@ def _context(request, **values):
 
 def _job_or_404(request, job_id) -> Job:
     return access.get_visible_or_404(Job.objects.all(), request.user, scope=access.request_scope(request), pk=job_id)
-
-
-def _queue(request, state: str, title: str, template: str):
-    _may_view(request)
-    scope = access.request_scope(request)
-    jobs = scope.filter(Job.objects.filter(state=state))
-    tenant, action, reason = (request.GET.get(name, "").strip() for name in ("tenant", "action", "reason"))
-    if tenant:
-        jobs = jobs.filter(tenant=tenant)
-    if action:
-        jobs = jobs.filter(action=action)
-    if reason:
-        # Among the waiting rows only (a small set, found by the state index).
-        jobs = jobs.filter(wait_reason__icontains=reason) if state == State.WAITING_REVIEW else jobs.filter(
-            last_error__icontains=reason)
-    # Oldest first: the longest-waiting item is decided first. A page
-    # number that is not one shows the first page.
-    page = Paginator(jobs.order_by("updated_at", "id"), QUEUE_PAGE).get_page(
-        _number_or_none(request.GET.get("page", ""), minimum=1))
-    operations = {}
-    for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
-        operations.setdefault(op.job_id, []).append(op)
-    rows = [{"job": job, "operations": operations.get(job.pk, [])} for job in page]
-    return TemplateResponse(request, template, _context(
-        request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
-        filters={"tenant": tenant, "action": action, "reason": reason},
-    ))
-
-
-@require_GET
-def review_queue(request):
-    """Items waiting for review, oldest first, by tenant, action and reason."""
-    return _queue(request, State.WAITING_REVIEW, "Waiting for review", "console/review_queue.html")
-
-
-@require_GET
-def attention_queue(request):
-    """Items that need an operator, oldest first, with their evidence."""
-    return _queue(request, State.NEEDS_ATTENTION, "Needs attention", "console/attention_queue.html")
 
 
 def _why(job: Job, operations: list[Operation]) -> dict:
@@ -154,6 +113,7 @@ def decision_page(request, job_id):
         correction=correction,
         note_max=review.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", ""),
+        assignment=assignment_context(request, job),
     ))
 
 
@@ -185,6 +145,10 @@ def decide(request, job_id, decision):
     messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
                               f"{changed.state}.")
     target = request.POST.get("next", "")
+    # From a queue's item: on to the next item of that queue (its filters kept).
+    following = next_item_url(request, target, decided=changed)
+    if following:
+        return redirect(following)
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)
     queue = "console:review" if job.state == State.WAITING_REVIEW else "console:attention"

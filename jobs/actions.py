@@ -44,6 +44,11 @@ class ActionSpec:
     # come from it (jobs.payloads). None: a payload the engine knows nothing of.
     schema: "PayloadSchema | None" = None
     description: str = ""
+    # What of a job of this action the console's text search reads besides
+    # its key, subject, proposer and rationale (jobs.search): payload field
+    # names, or a function `(job) -> texts` for values that live elsewhere
+    # (an email rendered from its record: its recipient and subject).
+    searchable: tuple[str, ...] | Callable[[Any], Any] = ()
 
 
 @runtime_checkable
@@ -65,7 +70,8 @@ _registry: dict[str, ActionSpec] = {}
 
 
 def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None,
-           on_recorded=None, schema: PayloadSchema | None = None, description: str = ""):
+           on_recorded=None, schema: PayloadSchema | None = None, description: str = "",
+           searchable: tuple[str, ...] | Callable[[Any], Any] = ()):
     """Register the decorated function as the handler of `name`.
 
     `review_form`: a Django form class whose fields are the payload fields a
@@ -83,7 +89,11 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
     `schema`: the payload's declaration (see `PayloadSchema`, `jobs.payloads`);
     an action with one can be proposed by an outside agent.
     `description`: what the action does, for an agent choosing it (default:
-    the first paragraph of the handler's docstring)."""
+    the first paragraph of the handler's docstring).
+    `searchable`: the payload field names the console's search reads (the
+    recipient, a subject line), or a function `(job) -> iterable of str`
+    computing them (called when the job is created or corrected; it must
+    not fail: what it raises leaves those texts out)."""
 
     if schema is not None and not isinstance(schema, PayloadSchema):
         raise TypeError(f"action {name!r}: schema must offer model_json_schema() and model_validate()")
@@ -95,7 +105,8 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
         text = description or (handler.__doc__ or "").strip().split("\n\n")[0]
         _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded,
-                                     schema, " ".join(text.split()))
+                                     schema, " ".join(text.split()),
+                                     tuple(searchable) if not callable(searchable) else searchable)
         return handler
 
     return register

@@ -20,6 +20,7 @@ from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-onl
 from .errors import JobError
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
+from .search import SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
 from .selectors import expired_leases
 
 
@@ -36,6 +37,23 @@ class LeaseFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value() == "expired":
             return expired_leases(at=timezone.now(), jobs=queryset)
+        return queryset
+
+
+class AssigneeFilter(admin.SimpleListFilter):
+    """Items assigned to the signed-in user, or to nobody (index job_assignee)."""
+
+    title = "assigned"
+    parameter_name = "assignee"
+
+    def lookups(self, request, model_admin):
+        return [("me", "To me"), ("none", "To nobody")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "me":
+            return queryset.filter(assignee_id=request.user.pk)
+        if self.value() == "none":
+            return queryset.filter(assignee__isnull=True)
         return queryset
 
 
@@ -98,9 +116,11 @@ def timeline_sources() -> list[Callable]:
 @admin.register(Job)
 class JobAdmin(ScopedAdmin):
     list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "next_attempt_at", "updated_at")
-    list_filter = ("state", TenantFilter, ActionFilter, LeaseFilter)
+    list_filter = ("state", TenantFilter, ActionFilter, AssigneeFilter, LeaseFilter)
     search_fields = ("key",)
-    search_help_text = "Job key, or the start of one (case-sensitive)."
+    search_help_text = ("Any part of the key, subject, proposer, rationale or the fields the action declares "
+                        "searchable (an email's recipient and subject), any case; shorter than "
+                        f"{SEARCH_MIN_CHARS} characters: the start of a key.")
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
     readonly_fields = ("links",)
@@ -113,12 +133,15 @@ class JobAdmin(ScopedAdmin):
     )
 
     def get_search_results(self, request, queryset, search_term):
-        # A prefix match on the key, which the job_key_prefix index serves;
-        # no case-folding or substring scan over a million rows.
+        # The search text (jobs.search), served by the trigram index on
+        # PostgreSQL; a term too short for a trigram is a key prefix, which
+        # job_key_prefix serves. Never a scan over a million rows.
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(key__startswith=term), False
+        if len(term) < SEARCH_MIN_CHARS:
+            return queryset.filter(key__startswith=term), False
+        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS]), False
 
     @admin.display(description="Console")
     def links(self, job):

@@ -141,21 +141,27 @@ def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | No
     return changed
 
 
-def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def _detail(decision: str, batch: int | None) -> dict:
+    """The decision's event detail; a bulk decision's names its batch
+    (`jobs.bulk`), so the job's timeline links to it."""
+    return {"decision": decision, **({"batch": batch} if batch is not None else {})}
+
+
+def job_approve(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """A reviewer approves a job waiting for review: READY at once, its
     payload unchanged. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("approve", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().approve(job.tenant, job.key, reason=note, actor=actor,
-                                                                detail={"decision": "approve"}))
+                                                                detail=_detail("approve", batch)))
 
 
-def job_reject(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_reject(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """A reviewer rejects a job waiting for review: CANCELLED, with the note
     as its reason (refused by a registered guard while an external call of
     the job is in doubt). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("reject", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().reject(job.tenant, job.key, reason=note, actor=actor,
-                                                               detail={"decision": "reject"}))
+                                                               detail=_detail("reject", batch)))
 
 
 def correction_form(job: Job, data=None):
@@ -210,12 +216,12 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
     return _decide("correct", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
 
 
-def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_retry(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """An operator sends a job that needs attention back to work now, with a
     fresh attempt budget. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("retry", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().retry(job.tenant, job.key, reason=note, actor=actor,
-                                                              detail={"decision": "retry"}))
+                                                              detail=_detail("retry", batch)))
 
 
 def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str = "") -> Job:
@@ -231,11 +237,11 @@ def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidenc
                                                                         "evidence": evidence}))
 
 
-def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_cancel(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """An operator cancels a job that needs attention, the note as its
     reason. Refused (by a registered guard) while one of its external calls
     is in doubt, as resolving is: the decision on the call can cancel the
     job too. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
-                                                               detail={"decision": "cancel"}))
+                                                               detail=_detail("cancel", batch)))

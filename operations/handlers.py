@@ -57,6 +57,7 @@ def send_step(payload: dict) -> str:
 
 
 @action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, schema=EmailPayload,
+        searchable=("to", "subject"),
         description="Send one email (to, subject, body) through the email provider, at most once.")
 def send_email(ctx: JobContext) -> dict:
     """Send one email, at most once per job, through the operation protocol.
