@@ -156,7 +156,7 @@ def next_item_url(request, target: str, *, decided: Job) -> str | None:
     jobs, _, _ = queue_jobs(request.user, state, QueryDict(parts.query))
     scope = access.request_scope(request)
     for job in jobs.exclude(pk=decided.pk)[:QUEUE_PAGE]:
-        if access.allowed_decisions(request.user, job, scope=scope):
+        if assignment.may_decide_in_queue(request.user, job, scope=scope):
             return f"{reverse('console:decide', args=[job.pk])}?{urlencode({'next': target})}"
     return target
 
@@ -283,7 +283,7 @@ def assignment_context(request, job: Job) -> dict:
     whether this user may take, release or give the item."""
     scope = access.request_scope(request)
     in_queue = job.state in assignment.QUEUE_STATES
-    may_decide = bool(access.allowed_decisions(request.user, job, scope=scope))
+    may_decide = assignment.may_decide_in_queue(request.user, job, scope=scope)
     give = in_queue and assignment.may_assign_others(request.user, job, scope=scope)
     candidates = []
     if give:

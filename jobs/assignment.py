@@ -16,13 +16,23 @@ from .models import Job
 from .review import decision_logged
 from .store import Store
 
-__all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users"]
+__all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users", "may_decide_in_queue"]
 
-QUEUE_STATES = frozenset({access.REVIEW_QUEUE, access.ATTENTION_QUEUE})
+# The decisions a queue's item waits for: who may take one of them is who
+# the item may be given to (an operator's say on an operation is not one).
+QUEUE_DECISIONS = {access.REVIEW_QUEUE: ("approve", "reject", "correct"),
+                   access.ATTENTION_QUEUE: ("retry", "resolve", "cancel")}
+QUEUE_STATES = frozenset(QUEUE_DECISIONS)
+
+
+def may_decide_in_queue(user, job, *, scope=None) -> bool:
+    """May `user` take one of the decisions the item's queue is for, now?"""
+    scope = scope or access.scope_of(user)
+    return any(access.may(user, name, job, scope=scope) for name in QUEUE_DECISIONS.get(job.state, ()))
 
 
 def _may_decide(user, job) -> bool:
-    return bool(access.allowed_decisions(user, job))
+    return may_decide_in_queue(user, job)
 
 
 def may_assign_others(user, job, *, scope=None) -> bool:
