@@ -119,8 +119,8 @@ class JobAdmin(ScopedAdmin):
     list_filter = ("state", TenantFilter, ActionFilter, AssigneeFilter, LeaseFilter)
     search_fields = ("key",)
     search_help_text = ("Any part of the key, subject, proposer, rationale or the fields the action declares "
-                        "searchable (an email's recipient and subject), any case; shorter than "
-                        f"{SEARCH_MIN_CHARS} characters: the start of a key.")
+                        "searchable (an email's recipient and subject), any case; a READY or running job, and "
+                        f"any term shorter than {SEARCH_MIN_CHARS} characters: the start of its key.")
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
     readonly_fields = ("links",)
@@ -141,7 +141,7 @@ class JobAdmin(ScopedAdmin):
             return queryset, False
         if len(term) < SEARCH_MIN_CHARS:
             return queryset.filter(key__startswith=term), False
-        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS]), False
+        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS], every_state=True), False
 
     @admin.display(description="Console")
     def links(self, job):

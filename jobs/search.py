@@ -6,17 +6,25 @@ rationale and the payload fields the job's action declares searchable
 (`@action(searchable=…)`), case-folded, joined by newlines. It is written
 when the job is created (`Store.enqueue_once`, `enqueue_many`) and when a
 reviewer corrects its payload, never by a page. A search is
-`search_text LIKE '%term%'` on the case-folded term, which the trigram GIN
-index `job_search_trgm` serves on PostgreSQL (migration 0009); a term of
-fewer than three characters has no trigram and is refused by the console
-rather than scanning the table.
+`search_text LIKE '%term%'` on the case-folded term, served on PostgreSQL
+by two partial trigram GIN indexes (migration 0009): `job_search_queue_trgm`
+over the queues' items (WAITING_REVIEW, NEEDS_ATTENTION) — a queue's search
+names its state, so it reads its own rows' posting lists only — and
+`job_search_rest_trgm` over the other rows at rest (finished, waiting
+outside). READY and LEASED rows are in neither (every claim and renewal
+would otherwise write the row's trigrams again): the job list finds them by
+the start of their key (`job_key_prefix`), the index scans OR-ed
+(`jobs_matching(…, every_state=True)`). A term of fewer than three
+characters has no trigram and is refused by the console rather than
+scanning the table.
 """
 
 import logging
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from .actions import action_spec
+from .states import State
 
 __all__ = ["search_text_for", "jobs_matching", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
 
@@ -50,7 +58,20 @@ def search_text_for(job, *, proposed_by: str = "", rationale: str = "") -> str:
     return "\n".join(p for p in parts if p).casefold()[:_TEXT_MAX]
 
 
-def jobs_matching(jobs: QuerySet, term: str) -> QuerySet:
-    """`jobs` whose search text contains `term`, case-insensitively (served
-    by `job_search_trgm` on PostgreSQL). The caller checks the term's length."""
-    return jobs.filter(search_text__contains=term.strip().casefold())
+QUEUE_STATES = (State.WAITING_REVIEW, State.NEEDS_ATTENTION)
+# The states whose rows neither trigram index holds (the engine's hot path).
+UNINDEXED_STATES = (State.READY, State.LEASED)
+
+
+def jobs_matching(jobs: QuerySet, term: str, *, every_state: bool = False) -> QuerySet:
+    """`jobs` whose search text contains `term`, case-insensitively. For a
+    queue (the caller narrows `jobs` to its state): served by
+    `job_search_queue_trgm`. With `every_state` (the job list): each index's
+    rows by their own arm, and READY and LEASED jobs by a key starting with
+    `term` (`job_key_prefix`). The caller checks the term's length."""
+    contains = Q(search_text__contains=term.strip().casefold())
+    if not every_state:
+        return jobs.filter(contains)
+    return jobs.filter((contains & Q(state__in=QUEUE_STATES))
+                       | (contains & ~Q(state__in=(*UNINDEXED_STATES, *QUEUE_STATES)))
+                       | Q(key__startswith=term.strip()))
