@@ -49,12 +49,14 @@ def _number_or_none(text: str, *, minimum: int = 0) -> int | None:
         return None
 
 
-def _may_view(request):
+def view_allowed(request):
+    """`PermissionDenied` unless the user may open the console's pages."""
     if not access.may_view_jobs(request.user):
         raise PermissionDenied
 
 
-def _context(request, **values):
+def console_context(request, **values):
+    """The admin's context for a console page, and `values`."""
     return {**admin.site.each_context(request), "opts": Job._meta, **values}
 
 
@@ -103,7 +105,7 @@ def queue_jobs(user, state: str, params, *, scope=None):
 
 
 def _queue(request, state: str, template: str):
-    _may_view(request)
+    view_allowed(request)
     scope = access.request_scope(request)
     jobs, filters, problems = queue_jobs(request.user, state, request.GET, scope=scope)
     # A page number that is not one shows the first page.
@@ -115,7 +117,7 @@ def _queue(request, state: str, template: str):
     rows = [{"job": job, "operations": operations.get(job.pk, [])} for job in page]
     url_name, title = QUEUES[state]
     here = reverse(url_name) + (f"?{urlencode(filters)}" if filters else "")
-    return TemplateResponse(request, template, _context(
+    return TemplateResponse(request, template, console_context(
         request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
         filters=filters, problems=problems, ages=list(AGES), here=here, query=urlencode(filters),
         bulk_decisions=[name for name in bulk.BULK_DECISIONS[state]
@@ -165,7 +167,7 @@ def next_item_url(request, target: str, *, decided: Job) -> str | None:
 
 
 def _bulk(request, state: str):
-    _may_view(request)
+    view_allowed(request)
     url_name, title = QUEUES[state]
     decisions = bulk.BULK_DECISIONS[state]
     if not any(request.user.has_perm(access.DECISIONS[name].permission) for name in decisions):
@@ -188,7 +190,7 @@ def _bulk(request, state: str):
     batch, matched = bulk.batch_preview(user=request.user, queue=state, jobs=jobs, query=filters)
     sample = list(Job.objects.filter(pk__in=[job_id for job_id, _ in batch.items[:SAMPLE]])
                   .order_by("updated_at", "id"))
-    return TemplateResponse(request, "console/bulk_preview.html", _context(
+    return TemplateResponse(request, "console/bulk_preview.html", console_context(
         request, title=f"Bulk decision — {title}", queue_title=title, queue_url=reverse(url_name),
         batch=batch, matched=matched, count=len(batch.items), sample=sample, cap=bulk.BULK_MAX,
         filters=filters, problems=problems, query=urlencode(filters),
@@ -215,7 +217,7 @@ def attention_bulk(request):
 def batch_page(request, batch_id):
     """One bulk decision: who took it, with which note, and what became of
     each item. Shown to its author, and to whoever sees all its tenants."""
-    _may_view(request)
+    view_allowed(request)
     batch = DecisionBatch.objects.select_related("user").filter(pk=batch_id).first()
     scope = access.request_scope(request)
     if batch is None or (batch.user_id != request.user.pk and not all(scope.sees(t) for t in batch.tenants)):
@@ -223,7 +225,7 @@ def batch_page(request, batch_id):
     jobs = {job.pk: job for job in scope.filter(Job.objects.filter(pk__in=[i for i, _ in batch.items]))}
     rows = [{"job": jobs.get(job_id), "job_id": job_id, "outcome": batch.outcome.get(str(job_id), "not taken")}
             for job_id, _ in batch.items]
-    return TemplateResponse(request, "console/batch.html", _context(
+    return TemplateResponse(request, "console/batch.html", console_context(
         request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows,
         label=access.DECISIONS[batch.decision].label if batch.decision else "",
     ))
@@ -242,7 +244,7 @@ def _back(request, job: Job):
 @require_POST
 def assign(request, job_id):
     """Assign the item to the signed-in user, or (operators) to `user`."""
-    _may_view(request)
+    view_allowed(request)
     job = access.get_visible_or_404(Job.objects.all(), request.user, scope=access.request_scope(request),
                                     pk=job_id)
     raw = request.POST.get("user", "").strip()
@@ -266,7 +268,7 @@ def assign(request, job_id):
 @require_POST
 def unassign(request, job_id):
     """Release the item (its assignee, or an operator)."""
-    _may_view(request)
+    view_allowed(request)
     job = access.get_visible_or_404(Job.objects.all(), request.user, scope=access.request_scope(request),
                                     pk=job_id)
     try:

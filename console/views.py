@@ -2,8 +2,7 @@
 `jobs.review` / `operations.review`; who may see and do what is asked of
 `jobs.access`, never decided here)."""
 
-from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib import messages
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -21,6 +20,8 @@ from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
 from .queues import assignment_context, next_item_url
+from .queues import console_context as _context
+from .queues import view_allowed as _may_view
 from .timeline import timeline_json, timeline_page
 
 SERVICES = {
@@ -30,23 +31,6 @@ SERVICES = {
     "cancel": review.job_cancel,
 }
 JOB_DECISIONS = frozenset({*SERVICES, "correct", "resolve"})
-
-
-def _number_or_none(text: str, *, minimum: int = 0) -> int | None:
-    """A number from the request, strictly (`durable.numbers`), or None."""
-    try:
-        return whole_number(text, minimum=minimum)
-    except NumberRefused:
-        return None
-
-
-def _may_view(request):
-    if not access.may_view_jobs(request.user):
-        raise PermissionDenied
-
-
-def _context(request, **values):
-    return {**admin.site.each_context(request), "opts": Job._meta, **values}
 
 
 def _job_or_404(request, job_id) -> Job:
