@@ -20,6 +20,19 @@ UPDATE jobs_job SET search_text = LOWER(key || ' ' || subject_type || ' ' || sub
 """
 
 
+def restore_claim_index(apps, schema_editor):
+    # SQLite rebuilds jobs_job to add a column with a default (or a foreign
+    # key), and the rebuilt table loses the hand-made claim index of
+    # migration 0007: create it again, exactly as 0007 does.
+    if schema_editor.connection.vendor == "postgresql":
+        return
+    from importlib import import_module
+
+    order = import_module("jobs.migrations.0002_claim_index").ORDER_SQLITE
+    schema_editor.execute(f"CREATE INDEX IF NOT EXISTS job_claim_tenant ON jobs_job (tenant, {order}) "
+                          "WHERE state = 'READY'")
+
+
 def backfill(apps, schema_editor):
     schema_editor.execute(BACKFILL)
     schema_editor.execute(BACKFILL_TEXT)
@@ -112,6 +125,7 @@ class Migration(migrations.Migration):
             name='user',
             field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
+        migrations.RunPython(restore_claim_index, migrations.RunPython.noop),
         migrations.RunPython(backfill, migrations.RunPython.noop),
         migrations.RunPython(trigram_index, drop_trigram_index),
     ]
