@@ -139,11 +139,28 @@ def _quote_of(ctx: JobContext) -> Quote:
     return quote
 
 
+def _record_email_search(render, model):
+    """The console's search texts of an email rendered from its record
+    (`@action(searchable=…)`): the recipient and the subject as they would
+    be sent now (the record at the time the job is created or corrected)."""
+
+    def texts(job) -> list[str]:
+        record = (model.objects.select_related("customer").filter(tenant__slug=job.tenant, pk=job.subject_id)
+                  .first() if str(job.subject_id or "").isdigit() else None)
+        if record is None:
+            return []
+        email = render(record)
+        return [email["to"], email["subject"]]
+
+    return texts
+
+
 # ---------------------------------------------------------------- the quote loop
 
 
 @action(SEND_QUOTE, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
         preview=send_quote_preview, sensitive=SENSITIVE,
+        searchable=_record_email_search(quote_email, Quote),
         description=f"Send an approved quote to its customer (once), then wait for the reply. Subject: "
                     f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote(ctx: JobContext):
@@ -184,6 +201,7 @@ def send_quote(ctx: JobContext):
 
 @action(SEND_QUOTE_FOLLOW_UP, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
         preview=send_quote_follow_up_preview, sensitive=SENSITIVE,
+        searchable=_record_email_search(quote_follow_up_email, Quote),
         description=f"Follow up a sent quote that has no reply (once). Subject: "
                     f"{{\"type\": \"{QUOTE}\", \"id\": <quote id>}}.")
 def send_quote_follow_up(ctx: JobContext):
@@ -291,6 +309,7 @@ def plan_reminder_on_change(event) -> None:
 
 @action(SEND_INVOICE_REMINDER, retry=EMAIL_RETRY, timeout=300, schema=RecordEmailPayload,
         preview=send_invoice_reminder_preview, sensitive=SENSITIVE,
+        searchable=_record_email_search(invoice_reminder_email, Invoice),
         description=f"Remind the customer of an open invoice (once; not if paid or suppressed). Subject: "
                     f"{{\"type\": \"{INVOICE}\", \"id\": <invoice id>}}.")
 def send_invoice_reminder(ctx: JobContext):

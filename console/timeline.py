@@ -64,9 +64,14 @@ def _event_entry(e: JobEvent, masker: Masker) -> Entry:
         detail += " — corrected: " + "; ".join(
             f"{name}: {masker.field(name, c['before'])!r} → {masker.field(name, c['after'])!r}"
             for name, c in correction.items())
+    # A bulk decision's event names its batch (jobs.bulk): the entry links to it.
+    batch = (e.detail or {}).get("batch") if isinstance(e.detail, dict) else None
+    if batch:
+        detail += f" — bulk decision, batch {batch}"
     return Entry(at=e.created_at, kind="decision" if decision else "event",
                  title=f"{e.kind}: {e.from_state or '—'} → {e.to_state or '—'} (epoch {e.epoch})",
-                 detail=detail, actor=e.actor or e.worker_id, order=e.id)
+                 detail=detail, actor=e.actor or e.worker_id, order=e.id,
+                 link="console:batch" if batch else "", pk=batch)
 
 
 def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR) -> tuple[list[Entry], int | None]:

@@ -4,7 +4,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from . import timer_views, views
+from . import queues, timer_views, views
 
 app_name = "console"
 
@@ -14,8 +14,13 @@ def _view(function):
 
 
 urlpatterns = [
-    path("review/", _view(views.review_queue), name="review"),
-    path("attention/", _view(views.attention_queue), name="attention"),
+    path("review/", _view(queues.review_queue), name="review"),
+    path("review/bulk/", _view(queues.review_bulk), name="review-bulk"),
+    path("attention/", _view(queues.attention_queue), name="attention"),
+    path("attention/bulk/", _view(queues.attention_bulk), name="attention-bulk"),
+    path("batches/<int:batch_id>/", _view(queues.batch_page), name="batch"),
+    path("jobs/<int:job_id>/assign/", _view(queues.assign), name="assign"),
+    path("jobs/<int:job_id>/unassign/", _view(queues.unassign), name="unassign"),
     path("jobs/<int:job_id>/", _view(views.decision_page), name="decide"),
     path("jobs/<int:job_id>/decide/<slug:decision>/", _view(views.decide), name="decision"),
     path("jobs/<int:job_id>/timeline/", _view(views.timeline), name="timeline"),

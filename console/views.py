@@ -4,8 +4,7 @@
 
 from django.apps import apps
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -15,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from durable.numbers import NumberRefused, whole_number
 from jobs import access, review
-from jobs.actions import action_preview, registered_actions
+from jobs.actions import action_preview
 from jobs.errors import JobError
 from jobs.models import Job, JobEvent
 from jobs.payloads import payload_display
@@ -23,10 +22,12 @@ from jobs.selectors import newest_events
 from jobs.states import State
 from operations.models import IN_DOUBT, Operation
 
+from .queues import assignment_context, next_item_url
+from .queues import console_context as _context
+from .queues import view_allowed as _may_view
 from .timeline import reader_masker, timeline_json, timeline_page
-from .timer_views import queue_deadlines, review_clock
+from .timer_views import review_clock
 
-QUEUE_PAGE = 50
 SERVICES = {
     "approve": review.job_approve,
     "reject": review.job_reject,
@@ -36,66 +37,8 @@ SERVICES = {
 JOB_DECISIONS = frozenset({*SERVICES, "correct", "resolve"})
 
 
-def _number_or_none(text: str, *, minimum: int = 0) -> int | None:
-    """A number from the request, strictly (`durable.numbers`), or None."""
-    try:
-        return whole_number(text, minimum=minimum)
-    except NumberRefused:
-        return None
-
-
-def _may_view(request):
-    if not access.may_view_jobs(request.user):
-        raise PermissionDenied
-
-
-def _context(request, **values):
-    return {**admin.site.each_context(request), "opts": Job._meta, **values}
-
-
 def _job_or_404(request, job_id) -> Job:
     return access.get_visible_or_404(Job.objects.all(), request.user, scope=access.request_scope(request), pk=job_id)
-
-
-def _queue(request, state: str, title: str, template: str):
-    _may_view(request)
-    scope = access.request_scope(request)
-    jobs = scope.filter(Job.objects.filter(state=state))
-    tenant, action, reason = (request.GET.get(name, "").strip() for name in ("tenant", "action", "reason"))
-    if tenant:
-        jobs = jobs.filter(tenant=tenant)
-    if action:
-        jobs = jobs.filter(action=action)
-    if reason:
-        # Among the waiting rows only (a small set, found by the state index).
-        jobs = jobs.filter(wait_reason__icontains=reason) if state == State.WAITING_REVIEW else jobs.filter(
-            last_error__icontains=reason)
-    # Oldest first: the longest-waiting item is decided first. A page
-    # number that is not one shows the first page.
-    page = Paginator(jobs.order_by("updated_at", "id"), QUEUE_PAGE).get_page(
-        _number_or_none(request.GET.get("page", ""), minimum=1))
-    operations = {}
-    for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
-        operations.setdefault(op.job_id, []).append(op)
-    deadlines = queue_deadlines(page) if state == State.WAITING_REVIEW else {}
-    rows = [{"job": job, "operations": operations.get(job.pk, []), "deadline": deadlines.get(job.pk)}
-            for job in page]
-    return TemplateResponse(request, template, _context(
-        request, title=title, page=page, rows=rows, tenants=scope.tenants(), actions=registered_actions(),
-        filters={"tenant": tenant, "action": action, "reason": reason},
-    ))
-
-
-@require_GET
-def review_queue(request):
-    """Items waiting for review, oldest first, by tenant, action and reason."""
-    return _queue(request, State.WAITING_REVIEW, "Waiting for review", "console/review_queue.html")
-
-
-@require_GET
-def attention_queue(request):
-    """Items that need an operator, oldest first, with their evidence."""
-    return _queue(request, State.NEEDS_ATTENTION, "Needs attention", "console/attention_queue.html")
 
 
 def _why(job: Job, operations: list[Operation]) -> dict:
@@ -220,6 +163,7 @@ def _decision_response(request, job: Job, *, posted: dict | None = None, correct
         posted=posted or {},
         note_max=review.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", "") if posted is None else request.POST.get("next", ""),
+        assignment=assignment_context(request, job),
         **review_clock(request, job),
     ), status=status)
 
@@ -289,6 +233,10 @@ def decide(request, job_id, decision):
         messages.success(request, f"{access.DECISIONS[decision].label}: {changed.tenant}/{changed.key} is now "
                                   f"{changed.state}.")
     target = request.POST.get("next", "")
+    # From a queue's item: on to the next item of that queue (its filters kept).
+    following = next_item_url(request, target, decided=changed)
+    if following:
+        return redirect(following)
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)
     queue = "console:review" if job.state == State.WAITING_REVIEW else "console:attention"

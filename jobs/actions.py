@@ -50,6 +50,11 @@ class ActionSpec:
     # Payload fields a viewer sees masked (jobs.masking), wherever the job's
     # data is shown: its payload, preview, history and requests.
     sensitive: frozenset[str] = frozenset()
+    # What of a job of this action the console's text search reads besides
+    # its key, subject, proposer and rationale (jobs.search): payload field
+    # names, or a function `(job) -> texts` for values that live elsewhere
+    # (an email rendered from its record: its recipient and subject).
+    searchable: tuple[str, ...] | Callable[[Any], Any] = ()
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ _registry: dict[str, ActionSpec] = {}
 
 def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None = None, review_form=None,
            on_recorded=None, schema: PayloadSchema | None = None, description: str = "", preview=None,
-           sensitive=()):
+           sensitive=(), searchable: tuple[str, ...] | Callable[[Any], Any] = ()):
     """Register the decorated function as the handler of `name`.
 
     `review_form`: a Django form class whose fields are the payload fields a
@@ -116,7 +121,11 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
     `preview(job) -> Preview`: what approving a job of this action will do,
     rendered from the records as they are now (the decision page shows it
     first). It only reads; an exception it raises is shown, not raised.
-    `sensitive`: payload field names a viewer sees masked (`jobs.masking`)."""
+    `sensitive`: payload field names a viewer sees masked (`jobs.masking`).
+    `searchable`: the payload field names the console's search reads (the
+    recipient, a subject line), or a function `(job) -> iterable of str`
+    computing them (called when the job is created or corrected; it must
+    not fail: what it raises leaves those texts out)."""
 
     if schema is not None and not isinstance(schema, PayloadSchema):
         raise TypeError(f"action {name!r}: schema must offer model_json_schema() and model_validate()")
@@ -128,7 +137,8 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
                 raise ValueError(f"action {name!r} is already registered to {existing.handler!r}")
         text = description or (handler.__doc__ or "").strip().split("\n\n")[0]
         _registry[name] = ActionSpec(name, handler, retry or DEFAULT_POLICY, timeout, review_form, on_recorded,
-                                     schema, " ".join(text.split()), preview, frozenset(sensitive))
+                                     schema, " ".join(text.split()), preview, frozenset(sensitive),
+                                     tuple(searchable) if not callable(searchable) else searchable)
         return handler
 
     return register

@@ -22,6 +22,7 @@ from .errors import JobError
 from .masking import job_masker
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
+from .search import SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
 from .selectors import expired_leases
 
 
@@ -38,6 +39,23 @@ class LeaseFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value() == "expired":
             return expired_leases(at=timezone.now(), jobs=queryset)
+        return queryset
+
+
+class AssigneeFilter(admin.SimpleListFilter):
+    """Items assigned to the signed-in user, or to nobody (index job_assignee)."""
+
+    title = "assigned"
+    parameter_name = "assignee"
+
+    def lookups(self, request, model_admin):
+        return [("me", "To me"), ("none", "To nobody")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "me":
+            return queryset.filter(assignee_id=request.user.pk)
+        if self.value() == "none":
+            return queryset.filter(assignee__isnull=True)
         return queryset
 
 
@@ -100,9 +118,11 @@ def timeline_sources() -> list[Callable]:
 @admin.register(Job)
 class JobAdmin(ScopedAdmin):
     list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "next_attempt_at", "updated_at")
-    list_filter = ("state", TenantFilter, ActionFilter, LeaseFilter)
+    list_filter = ("state", TenantFilter, ActionFilter, AssigneeFilter, LeaseFilter)
     search_fields = ("key",)
-    search_help_text = "Job key, or the start of one (case-sensitive)."
+    search_help_text = ("Any part of the key, subject, proposer, rationale or the fields the action declares "
+                        "searchable (an email's recipient and subject), any case; a READY or running job, and "
+                        f"any term shorter than {SEARCH_MIN_CHARS} characters: the start of its key.")
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
     # What a viewer reads instead of the fields that may quote an action's
@@ -119,12 +139,15 @@ class JobAdmin(ScopedAdmin):
     )
 
     def get_search_results(self, request, queryset, search_term):
-        # A prefix match on the key, which the job_key_prefix index serves;
-        # no case-folding or substring scan over a million rows.
+        # The search text (jobs.search), served by the trigram index on
+        # PostgreSQL; a term too short for a trigram is a key prefix, which
+        # job_key_prefix serves. Never a scan over a million rows.
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(key__startswith=term), False
+        if len(term) < SEARCH_MIN_CHARS:
+            return queryset.filter(key__startswith=term), False
+        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS], every_state=True), False
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)

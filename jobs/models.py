@@ -3,6 +3,7 @@ fields, constraints and indexes."""
 
 import uuid
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
@@ -45,6 +46,17 @@ class Job(models.Model):
     # When retention replaced the payload (and the request bodies of its external calls)
     # of this finished job by a marker; NULL while the bodies are kept.
     redacted_at = models.DateTimeField(null=True, blank=True)
+    # Who proposed the work (a person, an agent, a timer): the creation
+    # event's actor, kept on the row so the queues filter by it.
+    proposed_by = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # What the console's text search reads (jobs.search): the key, subject,
+    # proposer, rationale and the payload fields the action declares
+    # searchable, case-folded. Written when the job is created or corrected.
+    search_text = models.TextField(blank=True, default="", db_default="")
+    # The person who took the item in a queue ("assigned to me"); nobody
+    # else is kept from deciding it, but the queues show and filter by it.
+    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+", db_index=False)
 
     class Meta:
         constraints = [
@@ -76,6 +88,17 @@ class Job(models.Model):
                          condition=models.Q(state__in=["DONE", "CANCELLED"])),
             models.Index(fields=["finished_at", "id"], name="job_finished_unredacted",
                          condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
+            # The console's queues: one state's items oldest first (a page is
+            # the index's first rows), and the age filter as a range of it.
+            # The text search's trigram index (PostgreSQL) is created in the
+            # migration that adds `search_text`.
+            models.Index(fields=["state", "updated_at", "id"], name="job_queue_order",
+                         condition=models.Q(state__in=["WAITING_REVIEW", "NEEDS_ATTENTION"])),
+            # "My items" and the assignee filter: only assigned rows are in it.
+            models.Index(fields=["assignee", "state"], name="job_assignee",
+                         condition=models.Q(assignee__isnull=False)),
+            models.Index(fields=["proposed_by", "state"], name="job_proposer",
+                         condition=models.Q(state__in=["WAITING_REVIEW", "NEEDS_ATTENTION"])),
         ]
         permissions = [
             ("review_job", "Can decide jobs waiting for review (approve, correct, reject)"),
@@ -328,3 +351,40 @@ class ReadyTenant(models.Model):
 
     def __str__(self):
         return self.tenant
+
+
+class DecisionBatch(models.Model):
+    """One bulk decision over a queue's query (`jobs.bulk`): the exact items
+    its preview showed, each with the history row it was seen at, and what
+    became of each when it was taken. Each decided job's event names it."""
+
+    class Status(models.TextChoices):
+        PREVIEWED = "PREVIEWED", "Previewed"
+        DONE = "DONE", "Done"
+
+    # The secret the preview page hands its form: only its user may take
+    # the batch, once.
+    token = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    queue = models.CharField(max_length=20)  # the job state of the queue it was taken from
+    query = models.JSONField(default=dict, blank=True, help_text="The queue's filters the set was chosen by.")
+    # [[job id, seen event id], ...] oldest first, as the preview showed them.
+    items = models.JSONField(default=list, blank=True)
+    tenants = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PREVIEWED)
+    decision = models.CharField(max_length=20, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    # {job id: "decided" | "moved: …" | "refused: …"} once taken.
+    outcome = models.JSONField(default=dict, blank=True)
+    decided = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    taken_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "decision batches"
+
+    def __str__(self):
+        what = self.decision or "preview"
+        return f"batch {self.pk}: {what} of {len(self.items)} item(s) [{self.status}]"

@@ -173,6 +173,13 @@ def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | No
     return changed
 
 
+def _detail(decision: str, batch: int | None) -> dict:
+    """The decision's event detail; a bulk decision's names its batch
+    (`jobs.bulk`), so the job's timeline links to it."""
+    return {"decision": decision, **({"batch": batch} if batch is not None else {})}
+
+
+
 # A first approval of two, as is or corrected: the job stays in review.
 APPROVAL_KINDS = ("approval", "correction")
 
@@ -221,7 +228,7 @@ def _approvals_detail(earlier: list[JobEvent], username: str, required: int) -> 
     return {"approvals": [*(e.actor for e in earlier), username], "required": required}
 
 
-def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_approve(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """A reviewer approves a job waiting for review: READY at once, its
     payload unchanged — or, when the tenant's policy requires two approvals
     and this is the first, recorded as the first approval (the job stays in
@@ -230,7 +237,7 @@ def job_approve(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
 
     def run(job, actor, note):
         required, earlier = _approval_stage(job, user)
-        detail = {"decision": "approve", **_approvals_detail(earlier, actor, required)}
+        detail = {**_detail("approve", batch), **_approvals_detail(earlier, actor, required)}
         if len(earlier) + 1 < required:
             return Store().note(job.tenant, job.key, kind="approval", state=State.WAITING_REVIEW, reason=note,
                                 actor=actor, detail={**detail, "approval": len(earlier) + 1})
@@ -266,13 +273,13 @@ def job_reject_by_policy(*, job_id: int, round: int, due=None) -> dict:
     return {"rejected": changed.key}
 
 
-def job_reject(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_reject(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """A reviewer rejects a job waiting for review: CANCELLED, with the note
     as its reason (refused by a registered guard while an external call of
     the job is in doubt). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("reject", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().reject(job.tenant, job.key, reason=note, actor=actor,
-                                                               detail={"decision": "reject"}))
+                                                               detail=_detail("reject", batch)))
 
 
 def correction_form(job: Job, data=None):
@@ -345,12 +352,12 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
     return _decide("correct", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
 
 
-def job_retry(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_retry(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """An operator sends a job that needs attention back to work now, with a
     fresh attempt budget. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("retry", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().retry(job.tenant, job.key, reason=note, actor=actor,
-                                                              detail={"decision": "retry"}))
+                                                              detail=_detail("retry", batch)))
 
 
 def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidence: str) -> Job:
@@ -367,14 +374,14 @@ def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidenc
                                                                         "evidence": evidence}))
 
 
-def job_cancel(*, job_id: int, user, note: str, seen_event: int | None) -> Job:
+def job_cancel(*, job_id: int, user, note: str, seen_event: int | None, batch: int | None = None) -> Job:
     """An operator cancels a job that needs attention, the note as its
     reason. Refused (by a registered guard) while one of its external calls
     is in doubt, as resolving is: the decision on the call can cancel the
     job too. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
                    run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
-                                                               detail={"decision": "cancel"}))
+                                                               detail=_detail("cancel", batch)))
 
 
 # ---------------------------------------------------------------- waits and timers (operators)

@@ -31,6 +31,7 @@ from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job, JobEvent
 from .retry import Decision, Failure, classify, decide
+from .search import search_text_for
 from .selectors import expired_leases, is_eligible, lease_expired, waits_due
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
@@ -191,7 +192,7 @@ class Store:
         state = State.WAITING_REVIEW if review is not None else State.READY
         try:
             with transaction.atomic():
-                job = Job.objects.create(
+                job = Job(
                     tenant=tenant,
                     key=key,
                     state=state,
@@ -204,7 +205,12 @@ class Store:
                     subject_type=subject_type,
                     subject_id=str(subject_id or ""),
                     subject_version=subject_version,
+                    proposed_by=actor[:200],
                 )
+                proposal = (detail or {}).get("proposal")
+                rationale = (proposal.get("rationale") if isinstance(proposal, dict) else None) or reason
+                job.search_text = search_text_for(job, proposed_by=actor, rationale=rationale)
+                job.save(force_insert=True)
                 self._append_event(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
                           detail={**(detail or {}), "action": action})
                 if state == State.READY:
@@ -241,7 +247,8 @@ class Store:
         if not specs:
             return 0
         now_sql, now_params = clock.sql()
-        row = f"(%s, %s, %s, %s, %s, %s, %s, 'READY', %s, %s, 0, %s, 0, 0, '', '', '', {now_sql}, {now_sql})"
+        row = (f"(%s, %s, %s, %s, %s, %s, %s, 'READY', %s, %s, 0, %s, 0, 0, '', '', '', {now_sql}, {now_sql}, "
+               f"%s, %s)")
         params: list = []
         for s, c in specs:
             params += [
@@ -257,11 +264,15 @@ class Store:
                 c.max_attempts,
                 *now_params,
                 *now_params,
+                actor[:200],
+                search_text_for(Job(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
+                                    subject_id=str(s.subject_id or ""), payload=c.payload), proposed_by=actor),
             ]
         insert = f"""
             INSERT INTO jobs_job (tenant, key, action, subject_type, subject_id, subject_version,
                 payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries,
-                lease_epoch, worker_id, wait_reason, last_error, created_at, updated_at)
+                lease_epoch, worker_id, wait_reason, last_error, created_at, updated_at,
+                proposed_by, search_text)
             VALUES {", ".join([row] * len(specs))}
             ON CONFLICT (tenant, key) DO NOTHING
             RETURNING id, created_at
@@ -661,6 +672,12 @@ class Store:
             job = self._locked(tenant, key)
             transition(name, job.state, target)
             changes = {"wait_reason": "", "wake_at": None, **(extra or {})}
+            if "payload" in changes:
+                # A corrected payload is found by its new values too (and
+                # still by the old ones, which its history shows).
+                job.payload = changes["payload"]
+                lines = dict.fromkeys([*job.search_text.split("\n"), *search_text_for(job).split("\n")])
+                changes["search_text"] = "\n".join(line for line in lines if line)
             if finished:
                 changes["finished_at"] = clock.plus(0)
             self._write(job, name, target, clock, changes, actor=actor, reason=reason, detail=detail)
@@ -688,6 +705,20 @@ class Store:
                 Job.objects.filter(pk=job.pk).update(payload=checked.payload)
             self._append_event(job.id, kind, job.state, job.state, clock, epoch=job.lease_epoch, actor=actor,
                                reason=storable_text(reason), detail=detail)
+        return Job.objects.get(pk=job.pk)
+
+    def assign(self, job_id: int, *, assignee_id: int | None, actor: str, reason: str, detail: dict | None = None,
+               now=None) -> Job:
+        """Set (or clear, with None) who took the job in its queue — not a
+        transition: the state and `updated_at` (the queue's order) stay,
+        and the history row says who assigned whom. The caller has checked
+        who may and holds the row's lock in its transaction."""
+        clock = Clock.of(now)
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            Job.objects.filter(pk=job.pk).update(assignee_id=assignee_id)
+            self._append_event(job.id, "assign" if assignee_id else "unassign", job.state, job.state, clock,
+                               epoch=job.lease_epoch, actor=actor, reason=reason, detail=detail)
         return Job.objects.get(pk=job.pk)
 
     # ------------------------------------------------------------ recovery

@@ -66,6 +66,7 @@ def _request(payload: dict) -> dict:
 
 # The recipient is personal data: a viewer reads the story without it.
 @action("connectors.send_email", retry=SEND_EMAIL_RETRY, timeout=300, schema=EmailPayload,
+        searchable=("to", "subject"),
         description="Send one email (to, subject, body) through the email provider, at most once.",
         preview=send_email_preview, sensitive=("to",))
 def send_email(ctx: JobContext) -> dict:

@@ -65,6 +65,7 @@ from jobs.states import State
 from jobs.store import JobSpec, Store
 
 from .bench_changelist import ChangelistCase, changelist_bench, render_changelist
+from .bench_queues import BulkCase, QueueCase, queues_bench, render_queues
 from .bench_common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
 
 TENANT_ENQUEUE = "bench-enqueue"
@@ -114,6 +115,8 @@ class BenchConfig:
     batch_jobs: int = 20_000
     claim_tenants: int = 10_000
     repeat: int = 1  # end-to-end rows: pairs of (ours, reference) per row
+    queue_rows: int | None = None  # the console queues' section (None: `rows`; 0: skipped)
+    queues_only: bool = False  # only that section
 
 
 @dataclass
@@ -194,6 +197,8 @@ class Results:
     tenant_claims: list[ClaimCase] = field(default_factory=list)
     rss_mib: dict[str, list[float]] = field(default_factory=dict)  # section -> per-process VmHWM
     changelist: list[ChangelistCase] = field(default_factory=list)
+    queues: list[QueueCase] = field(default_factory=list)
+    bulk: BulkCase | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -210,6 +215,10 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
     progress("removing leftovers of an earlier bench run")
     bench_cleanup()
     try:
+        queue_rows = config.rows if config.queue_rows is None else config.queue_rows
+        if config.queues_only:
+            results.queues, results.bulk = queues_bench(queue_rows, progress=progress)
+            return results
         progress("enqueue rate")
         results.enqueue = _enqueue_rates(config)
         _throughput_all(config, results, progress)
@@ -224,6 +233,8 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
         results.claims = _claim_vs_size(config, progress)
         if not config.skip_bulk:
             results.changelist = changelist_bench(config.rows, progress=progress)
+        if queue_rows:
+            results.queues, results.bulk = queues_bench(queue_rows, progress=progress)
     finally:
         progress("cleaning up the bench's rows and reference table")
         bench_cleanup()
@@ -855,12 +866,13 @@ def render(results: Results) -> str:
     """The figures as a plain-text table, each next to its target."""
     out = [*results.header, ""]
 
-    out.append("ENQUEUE")
-    out += table(
-        ["", "jobs", "seconds", "jobs/s"],
-        [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}"] for label, n, s in results.enqueue],
-    )
-    out.append("")
+    if results.enqueue:
+        out.append("ENQUEUE")
+        out += table(
+            ["", "jobs", "seconds", "jobs/s"],
+            [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}"] for label, n, s in results.enqueue],
+        )
+        out.append("")
 
     if results.throughput:
         jobs = results.throughput[0].jobs
@@ -957,6 +969,7 @@ def render(results: Results) -> str:
         out.append("")
 
     out += render_changelist(results.changelist)
+    out += render_queues(results.queues, results.bulk)
 
     out += results.notes
     out.append("How: workers are real `manage.py run_worker` processes, idle (and LISTENing) before the clock "

@@ -369,6 +369,21 @@ MUTANTS: list[Mutant] = [
          Edit("gateway/callbacks.py", '    return uuid.uuid5(EVENT_NAMESPACE, f"{tenant}\\n{key}\\n{history_id}\\n{type_}")',
               "    return uuid.uuid4()")),
         ("tests/gateway/test_callbacks.py::test_a_decision_and_the_outcome_reach_the_agent_signed_each_once",)),
+    Mutant("bulk-seen-state", "a bulk decision is conditional on the state each item had in its preview", (
+        Edit("jobs/bulk.py",
+             "            service(job_id=job_id, user=user, note=note, seen_event=seen_event, batch=batch.pk)",
+             "            service(job_id=job_id, user=user, note=note, batch=batch.pk, seen_event=JobEvent.objects"
+             ".filter(job_id=job_id).order_by('-id').values_list('id', flat=True).first())"),),
+        ("tests/console/test_queues.py::test_a_bulk_approve_decides_the_previewed_set_and_skips_an_item_that_moved",
+         "tests/console/test_queues.py::test_bulk_retry_and_cancel_are_the_operators_and_obey_the_same_rules")),
+    Mutant("bulk-tenant-scope", "a queue, its search and its bulk preview hold only the user's tenants", (
+        Edit("console/queues.py", "    jobs = scope.filter(Job.objects.filter(state=state))",
+             "    jobs = Job.objects.filter(state=state)"),),
+        ("tests/console/test_queues.py::test_the_preview_holds_only_the_users_tenants_and_the_queues_state",
+         "tests/console/test_queues.py::test_search_is_case_insensitive_over_key_recipient_subject_proposer_and_rationale")),
+    Mutant("bulk-token-owner", "a bulk preview's token is taken only by the user it was issued to", (
+        Edit("jobs/bulk.py", "        if batch is None or batch.user_id != user.pk:", "        if batch is None:"),),
+        ("tests/console/test_queues.py::test_a_token_is_taken_once_and_only_by_its_user",)),
     Mutant("callback-address-checked", "a callback URL resolving to a non-public address is refused at delivery", (
         Edit("connectors/webhook.py", "            if problem:", "            if False:",
              after="        for address in addresses:"),),

@@ -26,9 +26,10 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
 
     out = result.stdout
     for section in ("ENQUEUE", "END TO END", "INSERT → START LATENCY", "CLAIM TIME VS TABLE SIZE",
-                    "PEAK RSS PER WORKER PROCESS", "JOBS CHANGELIST"):
+                    "PEAK RSS PER WORKER PROCESS", "JOBS CHANGELIST", "CONSOLE QUEUES"):
         assert section in out, out
     assert "1 process" in out
+    assert "bulk approve of 500 items through the single-decision path: 500 decided" in out, out
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
     if connection.vendor == "postgresql":
         assert "NOTIFY (workers poll every 1 s)" in out

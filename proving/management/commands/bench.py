@@ -24,7 +24,9 @@ class Command(BaseCommand):
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
         "vs --claim-tenants tenants holding READY work; claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
-        "jobs changelist (plain, by state, by tenant, key search) with --rows DONE jobs in the table. Each "
+        "jobs changelist (plain, by state, by tenant, key search) with --rows DONE jobs in the table; the "
+        "console queues (text search, filters by proposer, age, assignee and tenant, the job list's search) "
+        "with --queue-rows jobs in the table and one bulk approve of 500 items (time, queries). Each "
         "figure is printed next to its target (ok/MISS); targets are goals, not tests. "
         "It works only in its own tenants (bench-enqueue, bench-e2e, bench-latency, bench-claim, "
         "bench-bulk-00…49, bench-many-00000…09999) with its own action (jobs.bench_noop: its workers run "
@@ -74,6 +76,11 @@ class Command(BaseCommand):
                                  "(default 1). The rows then give the median rates and the median and range of "
                                  "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
                                  "steadier than one run's.")
+        parser.add_argument("--queue-rows", type=whole_flag(0, 100_000_000), default=None,
+                            help="Jobs loaded for the console queues' section (search, filters, a bulk approve "
+                                 "of 500; default: --rows; 0 skips it).")
+        parser.add_argument("--queues-only", action="store_true",
+                            help="Run only the console queues' section (with --queue-rows jobs).")
         parser.add_argument("--quick", action="store_true",
                             help="Small sizes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
                                  + " (explicit options win).")
@@ -101,6 +108,8 @@ class Command(BaseCommand):
             batch_jobs=opts["batch_jobs"] if opts["batch_jobs"] is not None else sizes["batch_jobs"],
             claim_tenants=claim_tenants,
             repeat=opts["repeat"],
+            queue_rows=opts["queue_rows"],
+            queues_only=opts["queues_only"],
         )
         if not processes:
             raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
