@@ -52,7 +52,8 @@ def prepared_statement_error(exc: BaseException) -> str | None:
     moved to another server connection: why to stop, naming the setting."""
     for error in (exc, exc.__cause__):
         state = getattr(error, "sqlstate", None)
-        if state in _MOVED_STATEMENT_STATES and "prepared statement" in str(error):
+        # psycopg names its statements _pg3_N; a handler's own EXECUTE is its business.
+        if state in _MOVED_STATEMENT_STATES and '"_pg3_' in str(error):
             first = str(error).strip().splitlines()[0][:200]
             return (f"the database refused a prepared statement ({first}): DATABASE_URL leads to a "
                     f"transaction-mode pooler that moves a client between server connections; {ADVICE}")

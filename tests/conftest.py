@@ -44,12 +44,20 @@ set_hypothesis_home_dir(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
-    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    from proving.pgbouncer import pgbouncer_binary
+
+    if not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://…)")
+        for item in items:
+            if "postgres" in item.keywords or "pooler" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://…)")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+    if pgbouncer_binary() is None:
+        # CI (.ci/run) installs it; a developer's machine may not have it.
+        skip = pytest.mark.skip(reason="needs PgBouncer (Debian: apt-get install pgbouncer)")
+        for item in items:
+            if "pooler" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture
@@ -101,16 +109,39 @@ def test_database_url(transactional_db):
 
 
 @pytest.fixture
+def pgbouncer(test_database_url):
+    """Start private PgBouncers (transaction mode) in front of the test
+    database, which pytest-django created directly — never through the
+    pooler; `pgbouncer(pool_size=N)` returns one (`.url` leads through it).
+    All are stopped at teardown, before the test database is flushed or
+    dropped. For tests marked `pooler`."""
+    from proving.pgbouncer import start_pgbouncer
+
+    settings_dict = connection.settings_dict
+    started = []
+
+    def start(*, pool_size: int = 4):
+        bouncer = start_pgbouncer(dbname=settings_dict["NAME"], host=settings_dict.get("HOST") or "127.0.0.1",
+                                  port=int(settings_dict.get("PORT") or 5432), pool_size=pool_size)
+        started.append(bouncer)
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.stop()
+
+
+@pytest.fixture
 def manage(test_database_url):
     """Run or start `manage.py` subcommands as real processes on the test database."""
 
     class Manage:
         env = {**os.environ, "DATABASE_URL": test_database_url, "PYTHONUNBUFFERED": "1"}
 
-        def run(self, *args, timeout=120, check=True):
+        def run(self, *args, timeout=120, check=True, env=None):
             result = subprocess.run(
                 [sys.executable, str(ROOT / "manage.py"), *args],
-                env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                env={**self.env, **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
             )
             if check and result.returncode != 0:
                 raise AssertionError(f"manage.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
