@@ -52,12 +52,35 @@ def pytest_collection_modifyitems(config, items):
             if "postgres" in item.keywords or "pooler" in item.keywords:
                 item.add_marker(skip)
         return
-    if pgbouncer_binary() is None:
+    if os.environ.get("DATABASE_POOL_MODE") == "transaction":
+        skip = pytest.mark.skip(reason="this run is behind a pooler already; these tests start their own in front "
+                                       "of a direct database")
+        for item in items:
+            if "pooler" in item.keywords:
+                item.add_marker(skip)
+    elif pgbouncer_binary() is None:
         # CI (.ci/run) installs it; a developer's machine may not have it.
         skip = pytest.mark.skip(reason="needs PgBouncer (Debian: apt-get install pgbouncer)")
         for item in items:
             if "pooler" in item.keywords:
                 item.add_marker(skip)
+
+
+if os.environ.get("DATABASE_POOL_MODE") == "transaction":
+    # The suite behind a transaction-mode pooler (.ci/run's pooler pass): a
+    # test database cannot be created or dropped through the pooler, so the
+    # tests run on the database DATABASE_URL names, which the caller created
+    # and migrated directly and drops afterwards (transaction tests flush it,
+    # the others roll back). Child processes reach it through the pooler too.
+    @pytest.fixture(scope="session")
+    def django_db_setup():
+        from django.conf import settings
+
+        name = settings.DATABASES["default"]["NAME"]
+        if not name.startswith("durable_ci_pool"):
+            raise pytest.UsageError(
+                f"DATABASE_POOL_MODE=transaction runs the tests on the database itself, which they flush: "
+                f"use one made for it (named durable_ci_pool…), not {name!r}")
 
 
 @pytest.fixture

@@ -266,8 +266,11 @@ def test_emit_wakes_listening_workers_on_commit_and_not_on_rollback(test_databas
     import select
     import time
 
-    # A listener on a connection of its own (as behind a pooler, DATABASE_LISTEN_URL).
-    listener = notify.Listener(lambda: None, url=test_database_url)
+    from django.conf import settings
+
+    # A listener on a connection of its own, direct to the database (behind a
+    # pooler: DATABASE_LISTEN_URL, as the workers' is).
+    listener = notify.Listener(lambda: None, url=settings.DATABASE_LISTEN_URL or test_database_url)
     assert listener.ensure()
     received = 0
     try:
