@@ -313,8 +313,10 @@ class WorkerFleet:
     them (no `--tenant`), restricted to the bench's action, logging to
     temporary files. `args` are extra run_worker options (`--batch N`)."""
 
-    def __init__(self, count: int, *, label: str, poll_interval: float, args: tuple[str, ...] = ()):
+    def __init__(self, count: int, *, label: str, poll_interval: float, args: tuple[str, ...] = (),
+                 env: dict | None = None):
         self.count = count
+        self.env = env or {}
         self.label = label
         self.args = list(args)
         self.poll_interval = poll_interval
@@ -331,7 +333,7 @@ class WorkerFleet:
         self._dir.cleanup()
 
     def start(self) -> None:
-        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1", **self.env}
         for n in range(self.count):
             log = Path(self._dir.name) / f"worker-{n}.log"
             self.logs.append(log)
