@@ -831,11 +831,15 @@ class Worker:
     def _db_call(self, what: str):
         """Mark a database call of this thread for the watchdog."""
         name = threading.current_thread().name
+        outer = self._db_calls.get(name)  # a renewal inside the housekeeping
         self._db_calls[name] = (time.monotonic(), what)
         try:
             yield
         finally:
-            self._db_calls.pop(name, None)
+            if outer is None:
+                self._db_calls.pop(name, None)
+            else:
+                self._db_calls[name] = outer
 
     def _watchdog_loop(self) -> None:
         """Without a connection of its own: log every database call that has
