@@ -161,12 +161,51 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 # DATABASE_URL or CONN_MAX_AGE overrides it; a broken connection is dropped
 # on its first error either way.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
-    "DATABASE_PREPARED_STATEMENTS", default=True
-):
+# How the application reaches PostgreSQL (DESIGN §17): `direct` (or through
+# a session-mode pooler, which keeps a server connection per client), or
+# `transaction` behind a transaction-mode pooler (PgBouncer
+# `pool_mode = transaction`), where consecutive transactions of one client
+# may run on different server connections: then nothing may outlive a
+# transaction — no prepared statements, no server-side (WITH HOLD) cursors,
+# no LISTEN. Wake-ups then come through DATABASE_LISTEN_URL, a direct
+# connection that only LISTENs (without it workers poll).
+DATABASE_POOL_MODE = env("DATABASE_POOL_MODE", default="direct").strip().lower()
+if DATABASE_POOL_MODE not in ("direct", "transaction"):
+    raise environ.ImproperlyConfigured(
+        f"DATABASE_POOL_MODE must be 'direct' or 'transaction' (behind a transaction-mode pooler such as "
+        f"PgBouncer), not {env('DATABASE_POOL_MODE')!r}")
+DATABASE_LISTEN_URL = env("DATABASE_LISTEN_URL", default="").strip()
+_postgres = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+if DATABASE_POOL_MODE == "transaction" and not _postgres:
+    raise environ.ImproperlyConfigured(
+        "DATABASE_POOL_MODE=transaction is for PostgreSQL behind a transaction-mode pooler; DATABASE_URL "
+        "names another database")
+if DATABASE_LISTEN_URL:
+    if DATABASE_POOL_MODE != "transaction":
+        raise environ.ImproperlyConfigured(
+            "DATABASE_LISTEN_URL is only used with DATABASE_POOL_MODE=transaction (directly, a worker LISTENs "
+            "on a connection it already holds)")
+    if urlsplit(DATABASE_LISTEN_URL).scheme not in ("postgres", "postgresql"):
+        # The scheme only: the URL may carry a password, and this is logged.
+        raise environ.ImproperlyConfigured(
+            f"DATABASE_LISTEN_URL must be a postgres:// URL of a direct connection to the same database, not a "
+            f"{urlsplit(DATABASE_LISTEN_URL).scheme or 'scheme-less'!r} URL")
+_prepared = env.bool("DATABASE_PREPARED_STATEMENTS", default=None)
+if DATABASE_POOL_MODE == "transaction":
+    if _prepared:
+        raise environ.ImproperlyConfigured(
+            "DATABASE_PREPARED_STATEMENTS=1 is refused with DATABASE_POOL_MODE=transaction: a prepared "
+            "statement lives on one server connection and the pooler hands the next transaction another")
+    # Django's default binding on the client, never preparing (psycopg's
+    # prepare_threshold=None), and Django's iterator() without server-side
+    # cursors (they are held across transactions).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": False, "prepare_threshold": None})
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+elif _postgres and _prepared is not False:
     # Server-side binding lets psycopg prepare statements it runs repeatedly
-    # (the claim), so PostgreSQL plans them once per connection. Leave it off
-    # behind a transaction-mode pooler that cannot keep prepared statements.
+    # (the claim), so PostgreSQL plans them once per connection. Not behind
+    # a transaction-mode pooler: set DATABASE_POOL_MODE=transaction there
+    # (a worker that finds itself behind one refuses to run).
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 2})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers

@@ -12,6 +12,15 @@ Around them it:
   registered periodic tasks (timers, outbox relay) on a bounded budget;
 - sleeps when idle until a PostgreSQL NOTIFY or the poll interval (with
   jitter) wakes it — polling is the fallback, never the only way;
+- holds at most `concurrency` + 1 server connections (DESIGN §17): one per
+  slot, and one for the main thread, which renews the leases, does the
+  housekeeping and LISTENs on that same connection (behind a
+  transaction-mode pooler the LISTEN has its own direct connection,
+  `DATABASE_LISTEN_URL`, and the main thread's queries share the pooler's);
+  a watchdog thread without a connection logs any database call that has
+  waited longer than `db_wait_warning` seconds (no free server connection
+  behind a pooler, a lock), and the worker refuses to run behind a
+  transaction-mode pooler configured as direct (`jobs.pooling`);
 - on SIGTERM/SIGINT stops claiming, gives running handlers `grace` seconds,
   then exits 0 leaving any still-running job to expire and be recovered; a
   second signal exits at once.
@@ -33,11 +42,12 @@ import threading
 import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
-from . import metrics, notify, periodic
+from . import metrics, notify, periodic, pooling
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, Deferred, JobNotFound, UnknownAction
 from .models import Job
@@ -82,6 +92,18 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def name_connections(worker_id: str) -> None:
+    """Name this process's PostgreSQL connections after the worker
+    (`application_name`, as pg_stat_activity and a pooler show it), so an
+    operator counts a worker's server connections. Before the first one
+    opens: a process-wide setting, for `run_worker`."""
+    if connections["default"].vendor != "postgresql":
+        return
+    connections.close_all()
+    name = f"durable-worker {worker_id}".encode("ascii", "replace")[:63].decode("ascii")
+    connections.settings["default"].setdefault("OPTIONS", {})["application_name"] = name
+
+
 # ---------------------------------------------------------------- configuration
 
 
@@ -97,6 +119,7 @@ class WorkerConfig:
     poll_interval: float = 2.0  # the longest idle sleep without a notification
     batch: int = 1  # jobs a slot claims at once (`--batch`)
     maintenance_limit: int = 100  # items per maintenance step per loop
+    db_wait_warning: float = 5.0  # a database call waiting longer is logged (`worker.db_wait`)
 
     @property
     def heartbeat_interval(self) -> float:
@@ -113,8 +136,9 @@ class Running:
 class Worker:
     """`concurrency` claim slots, each a thread that claims a job, runs its
     handler and records the outcome, then claims the next — no hand-off
-    between a claiming thread and a running one. The main thread does the
-    housekeeping and decides when to stop; a heartbeat thread renews leases."""
+    between a claiming thread and a running one. The main thread renews the
+    leases, does the housekeeping, listens for NOTIFY and decides when to
+    stop — all on one connection."""
 
     def __init__(self, config: WorkerConfig, *, store: Store | None = None):
         self.config = config
@@ -122,7 +146,7 @@ class Worker:
         self.stats: Counter = Counter()
         self._stopping = threading.Event()
         # Wakes the main thread: a NOTIFY, a signal, a slot that went idle.
-        self._wake = threading.Event()
+        self._wake = notify.Wakeup()
         # Set by a NOTIFY: something became eligible or an outbox event
         # committed, so the periodic tasks run now instead of on schedule.
         self._notified = threading.Event()
@@ -134,6 +158,12 @@ class Worker:
         self._lock = threading.Lock()  # guards _running and stats
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
+        self._next_renewal = 0.0  # monotonic; the main thread renews the leases then
+        self._maintain_after = 0.0  # monotonic; housekeeping backs off until then after a failure
+        # Database calls under way, by thread: (since, what) — the watchdog's view.
+        self._db_calls: dict[str, tuple[float, str]] = {}
+        # Why the worker must stop because of its configuration (`jobs.pooling`).
+        self._misconfigured: str | None = None
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
         self._counters: dict = {}  # outcome → its Prometheus counter child
@@ -153,31 +183,48 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or, with `until_idle`, until nothing is eligible).
-        Returns the process exit code."""
+        Returns the process exit code: 0, or 2 when the database configuration
+        does not match the connection (`jobs.pooling`)."""
         cfg = self.config
+        postgres = connection.vendor == "postgresql"
         self._event("worker.start", concurrency=cfg.concurrency, lease_ttl=cfg.lease_ttl,
-                    tenants=cfg.tenants or "all", actions=cfg.actions or "all", db=connection.vendor)
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
-        heartbeat.start()
-        listener = notify.Listener(self._on_notify) if connection.vendor == "postgresql" else None
-        if listener:
-            listener.start()
+                    tenants=cfg.tenants or "all", actions=cfg.actions or "all", db=connection.vendor,
+                    pool_mode=notify.pool_mode() if postgres else None)
+        watchdog = threading.Thread(target=self._watchdog_loop, name="db-watchdog", daemon=True)
+        watchdog.start()
+        try:
+            if postgres and notify.pool_mode() == "direct":
+                with self._db_call("start-up check"):
+                    self._refuse(pooling.transaction_pooler_seen())
+        except Exception as exc:  # noqa: BLE001 - the database is away: the loop backs off and retries
+            self._event("worker.db_error", level=logging.WARNING, error=_describe(exc))
+            connections.close_all()
+        if self._misconfigured:
+            self._stopping.set()
+            watchdog.join(timeout=5)
+            connections.close_all()
+            return 2
+        listener = notify.listener(self._on_notify)
+        if postgres and listener is None:
+            self._event("worker.polling_only", level=logging.WARNING, reason=notify.polling_only_reason(),
+                        poll_interval=cfg.poll_interval)
         slots = [threading.Thread(target=self._slot, args=(n,), name=f"slot-{n}", daemon=True)
                  for n in range(cfg.concurrency)]
         for slot in slots:
             slot.start()
         try:
-            self._loop()
+            with connection.execute_wrapper(self._watch_statement):
+                self._loop(listener)
         finally:
             self._stopping.set()
             self._offer_work()
             self._drain(slots)
             if listener:
-                listener.stop()
-            heartbeat.join(timeout=5)
+                listener.close()
+            watchdog.join(timeout=5)
             self._event("worker.stop", **self._summary())
             connections.close_all()
-        return 0
+        return 2 if self._misconfigured else 0
 
     def request_stop(self, reason: str = "requested") -> None:
         if not self._stopping.is_set():
@@ -196,6 +243,25 @@ class Worker:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+
+    def _refuse(self, reason: str | None) -> None:
+        """Stop the worker for good: its database configuration does not
+        match the connection (`jobs.pooling`); exit code 2."""
+        if reason is None or self._misconfigured:
+            return
+        self._misconfigured = reason
+        self._event("worker.misconfigured", level=logging.ERROR, reason=reason)
+        self.request_stop("misconfigured")
+
+    def _watch_statement(self, execute, sql, params, many, context):
+        """Every worker thread's statements pass here (an execute wrapper):
+        a prepared statement moved by a transaction-mode pooler stops the
+        worker at its first sight, whichever query met it."""
+        try:
+            return execute(sql, params, many, context)
+        except DatabaseError as exc:
+            self._refuse(pooling.prepared_statement_error(exc))
+            raise
 
     def _on_notify(self) -> None:
         self._notified.set()
@@ -218,51 +284,72 @@ class Worker:
             child = self._counters[counter] = metrics.WORKER_JOBS.labels(counter)
         child.inc(n)
 
-    def _loop(self) -> None:
-        """The main thread: housekeeping, and with `until_idle` the decision to stop."""
+    def _loop(self, listener: "notify.Listener | None" = None) -> None:
+        """The main thread: lease renewals, housekeeping, the LISTEN, and with
+        `until_idle` the decision to stop."""
         cfg = self.config
         db_failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
-            try:
-                close_old_connections()
-                notified = self._notified.is_set()
-                self._notified.clear()
-                moved = self._maintain(periodic_now=notified)
-                if cfg.until_idle and self._all_idle() and not moved:
-                    # About to stop: run every maintenance step now rather
-                    # than on its schedule — a recovered lease, a due wait or
-                    # a fired timer is new work.
-                    moved = self._maintain(force=True)
-                    if not moved and self._all_idle():
-                        self._event("worker.idle")
-                        return
-                if moved:
-                    self._offer_work()
-                db_failures = 0
-            except Exception as exc:  # noqa: BLE001 - housekeeping failing must not stop the worker
-                db_failures += 1
-                self._db_backoff(exc, db_failures)
-                continue
+            self._renew_due()
+            if time.monotonic() >= self._maintain_after:
+                try:
+                    with self._db_call("housekeeping"):
+                        close_old_connections()
+                        notified = self._notified.is_set()
+                        self._notified.clear()
+                        moved = self._maintain(periodic_now=notified)
+                        if cfg.until_idle and self._all_idle() and not moved:
+                            # About to stop: run every maintenance step now rather
+                            # than on its schedule — a recovered lease, a due wait or
+                            # a fired timer is new work.
+                            moved = self._maintain(force=True)
+                            if not moved and self._all_idle():
+                                self._event("worker.idle")
+                                return
+                    if moved:
+                        self._offer_work()
+                    db_failures = 0
+                except Exception as exc:  # noqa: BLE001 - housekeeping failing must not stop the worker
+                    db_failures += 1
+                    # Backs off the housekeeping only: the leases are still renewed meanwhile.
+                    self._maintain_after = time.monotonic() + self._db_backoff(exc, db_failures, sleep=False)
+            if listener and not self._stopping.is_set():
+                with self._db_call("LISTEN"):
+                    if listener.ensure():
+                        # Subscribed anew: what was sent meanwhile was missed.
+                        self._event("worker.listening",
+                                    via="DATABASE_LISTEN_URL" if listener.url else "the main connection")
+                        self._on_notify()
             # Slots claim on their own; the main thread wakes for a NOTIFY,
-            # a signal, an idle slot (until_idle) or its next housekeeping.
-            self._wake.wait(min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + random.random() / 2))
+            # a signal, an idle slot (until_idle), its next renewal or its
+            # next housekeeping.
+            now = time.monotonic()
+            timeout = min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + random.random() / 2)
+            timeout = min(timeout, max(0.0, self._next_renewal - now))
+            if self._maintain_after > now:
+                timeout = min(timeout, self._maintain_after - now)
+            self._wake.wait(timeout, listener)
 
     def _all_idle(self) -> bool:
         with self._work:
             return self._idle_slots == self.config.concurrency and not self._running
 
-    def _db_backoff(self, exc: Exception, failures: int, *, lease_left: float | None = None) -> None:
+    def _db_backoff(self, exc: Exception, failures: int, *, lease_left: float | None = None,
+                    sleep: bool = True) -> float:
         """The database restarting (or any other failure of a claim or of
         housekeeping) must not kill the worker: back off, reconnect. With a
         write in doubt, `lease_left` (its lease's remaining time) bounds the
-        wait (`db_retry_delay`)."""
+        wait (`db_retry_delay`). Returns the delay, waited out unless not
+        `sleep` (the main thread goes on renewing leases meanwhile)."""
         delay = db_retry_delay(failures, jitter=random.random(), lease_left=lease_left)
         event = "worker.db_error" if isinstance(exc, DatabaseError) else "worker.error"
         self._event(event, level=logging.WARNING, error=_describe(exc), retry_in=round(delay, 2),
                     lease_left=None if lease_left is None else round(lease_left, 2))
         connections.close_all()
-        self._stopping.wait(delay)
+        if sleep:
+            self._stopping.wait(delay)
+        return delay
 
     def _drain(self, slots: list[threading.Thread]) -> None:
         """Give running handlers the grace period, then leave the rest to expire."""
@@ -287,13 +374,16 @@ class Worker:
         cfg = self.config
         failures = 0
         self._batch.pending, self._batch.doubt = [], {}
+        watched = connection.execute_wrapper(self._watch_statement)
+        watched.__enter__()
         try:
             while not self._stopping.is_set():
                 with self._work:
                     seen = self._generation
                 try:
-                    close_old_connections()
-                    jobs = self._finish_and_claim(number)
+                    with self._db_call("claim"):
+                        close_old_connections()
+                        jobs = self._finish_and_claim(number)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure
                     failures += 1
@@ -321,6 +411,7 @@ class Worker:
             try:
                 self._flush(number, final=True)
             finally:
+                watched.__exit__(None, None, None)
                 # A connection may only be closed by the thread that opened it.
                 connections.close_all()
 
@@ -711,20 +802,67 @@ class Worker:
 
     # ------------------------------------------------------------ heartbeats
 
-    def _heartbeat_loop(self) -> None:
+    def _renew_due(self) -> None:
+        """Renew the running jobs' leases when due (every ttl/3), from the
+        main thread, on its connection: called by its loop and between the
+        housekeeping steps, so neither waits for the other for long."""
         cfg = self.config
-        while not self._stopping.wait(cfg.heartbeat_interval):
-            with self._lock:
-                running = list(self._running.values())
+        now = time.monotonic()
+        if now < self._next_renewal:
+            return
+        self._next_renewal = now + cfg.heartbeat_interval
+        with self._lock:
+            running = list(self._running.values())
+        if not running:
+            return
+        with self._db_call("lease renewal"):
             for r in running:
                 # One job's renewal failing, whatever the cause, must not
-                # stop the renewal of the others (nor end this thread).
+                # stop the renewal of the others (nor the main thread).
                 try:
                     self._renew(r)
                 except Exception as exc:  # noqa: BLE001 - see above
                     self._event("job.renew_failed", level=logging.WARNING, job=r.ctx.job, error=_describe(exc))
                     close_old_connections()
-        connections.close_all()
+
+    # ------------------------------------------------------------ waiting for the database
+
+    @contextmanager
+    def _db_call(self, what: str):
+        """Mark a database call of this thread for the watchdog."""
+        name = threading.current_thread().name
+        outer = self._db_calls.get(name)  # a renewal inside the housekeeping
+        self._db_calls[name] = (time.monotonic(), what)
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._db_calls.pop(name, None)
+            else:
+                self._db_calls[name] = outer
+
+    def _watchdog_loop(self) -> None:
+        """Without a connection of its own: log every database call that has
+        waited longer than `db_wait_warning` seconds, again every 30 s while
+        it waits, and when it ends — a worker starved of server connections
+        (a session-mode pooler's pool taken by other clients, the server's
+        max_connections) or held by a lock says so instead of hanging silently."""
+        limit = self.config.db_wait_warning
+        warned: dict[tuple[str, float], float] = {}  # (thread, since) → when last logged
+        while not self._stopping.wait(min(1.0, limit / 2)):
+            now = time.monotonic()
+            calls = dict(self._db_calls)
+            for name, (since, what) in calls.items():
+                last = warned.get((name, since))
+                if now - since >= limit and (last is None or now - last >= 30.0):
+                    warned[(name, since)] = now
+                    self._event("worker.db_wait", level=logging.WARNING, thread=name, call=what,
+                                waited=round(now - since, 1),
+                                hint="no free server connection (a pooler's pool or max_connections taken) "
+                                     "or a lock held")
+            for key in [key for key in warned if calls.get(key[0], (None,))[0] != key[1]]:
+                del warned[key]
+                self._event("worker.db_wait_over", thread=key[0], waited=round(now - key[1], 1))
 
     def _renew(self, r: Running) -> None:
         cfg = self.config
@@ -773,6 +911,7 @@ class Worker:
                 moved += 1
             moved += self.store.wake_due(limit=cfg.maintenance_limit)
         for task in periodic.registered():
+            self._renew_due()
             if now - self._last_periodic.get(task.name, 0.0) >= task.every or force or periodic_now:
                 self._last_periodic[task.name] = now
                 try:

@@ -324,8 +324,10 @@ class WorkerFleet:
     them (no `--tenant`), restricted to the bench's action, logging to
     temporary files. `args` are extra run_worker options (`--batch N`)."""
 
-    def __init__(self, count: int, *, label: str, poll_interval: float, args: tuple[str, ...] = ()):
+    def __init__(self, count: int, *, label: str, poll_interval: float, args: tuple[str, ...] = (),
+                 env: dict | None = None):
         self.count = count
+        self.env = env or {}
         self.label = label
         self.args = list(args)
         self.poll_interval = poll_interval
@@ -342,8 +344,7 @@ class WorkerFleet:
         self._dir.cleanup()
 
     def start(self) -> None:
-        listening_before = _listening_connections()
-        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1", **self.env}
         for n in range(self.count):
             log = Path(self._dir.name) / f"worker-{n}.log"
             self.logs.append(log)
@@ -355,19 +356,18 @@ class WorkerFleet:
                      *self.args],
                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                 ))
-        self._wait_idle(listening_before)
+        self._wait_idle()
 
-    def _wait_idle(self, listening_before: int, timeout: float = 120.0) -> None:
-        """Until every worker has started and (PostgreSQL) holds its LISTEN
-        connection; then a moment for the first, empty claim to pass."""
+    def _wait_idle(self, timeout: float = 120.0) -> None:
+        """Until every worker has started and (PostgreSQL) logged its LISTEN;
+        then a moment for the first, empty claim to pass."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            started = sum(1 for log in self.logs if b"worker.start" in log.read_bytes())
-            listening = (
-                _listening_connections() - listening_before >= self.count
-                if connection.vendor == "postgresql" else True
-            )
+            texts = [log.read_bytes() for log in self.logs]
+            started = sum(1 for text in texts if b"worker.start" in text)
+            listening = (sum(1 for text in texts if b"worker.listening" in text) >= self.count
+                         if connection.vendor == "postgresql" else True)
             if started == self.count and listening:
                 time.sleep(0.5)
                 return
@@ -419,18 +419,6 @@ class WorkerFleet:
             text = log.read_text(errors="replace").splitlines() if log.exists() else []
             out.append(f"--- {log.name}\n" + "\n".join(text[-lines:]))
         return "\n".join(out)
-
-
-def _listening_connections() -> int:
-    """Sessions on this database waiting in `LISTEN` on the jobs channel."""
-    if connection.vendor != "postgresql":
-        return 0
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {notify.CHANNEL}"],
-        )
-        return cursor.fetchone()[0]
 
 
 def database_url() -> str:

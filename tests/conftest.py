@@ -44,12 +44,43 @@ set_hypothesis_home_dir(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
-    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    from proving.pgbouncer import pgbouncer_binary
+
+    if not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://…)")
+        for item in items:
+            if "postgres" in item.keywords or "pooler" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://…)")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+    if os.environ.get("DATABASE_POOL_MODE") == "transaction":
+        skip = pytest.mark.skip(reason="this run is behind a pooler already; these tests start their own in front "
+                                       "of a direct database")
+        for item in items:
+            if "pooler" in item.keywords:
+                item.add_marker(skip)
+    elif pgbouncer_binary() is None:
+        # CI (.ci/run) installs it; a developer's machine may not have it.
+        skip = pytest.mark.skip(reason="needs PgBouncer (Debian: apt-get install pgbouncer)")
+        for item in items:
+            if "pooler" in item.keywords:
+                item.add_marker(skip)
+
+
+if os.environ.get("DATABASE_POOL_MODE") == "transaction":
+    # The suite behind a transaction-mode pooler (.ci/run's pooler pass): a
+    # test database cannot be created or dropped through the pooler, so the
+    # tests run on the database DATABASE_URL names, which the caller created
+    # and migrated directly and drops afterwards (transaction tests flush it,
+    # the others roll back). Child processes reach it through the pooler too.
+    @pytest.fixture(scope="session")
+    def django_db_setup():
+        from django.conf import settings
+
+        name = settings.DATABASES["default"]["NAME"]
+        if not name.startswith("durable_ci_pool"):
+            raise pytest.UsageError(
+                f"DATABASE_POOL_MODE=transaction runs the tests on the database itself, which they flush: "
+                f"use one made for it (named durable_ci_pool…), not {name!r}")
 
 
 @pytest.fixture
@@ -101,16 +132,39 @@ def test_database_url(transactional_db):
 
 
 @pytest.fixture
+def pgbouncer(test_database_url):
+    """Start private PgBouncers (transaction mode) in front of the test
+    database, which pytest-django created directly — never through the
+    pooler; `pgbouncer(pool_size=N)` returns one (`.url` leads through it).
+    All are stopped at teardown, before the test database is flushed or
+    dropped. For tests marked `pooler`."""
+    from proving.pgbouncer import start_pgbouncer
+
+    settings_dict = connection.settings_dict
+    started = []
+
+    def start(*, pool_size: int = 4):
+        bouncer = start_pgbouncer(dbname=settings_dict["NAME"], host=settings_dict.get("HOST") or "127.0.0.1",
+                                  port=int(settings_dict.get("PORT") or 5432), pool_size=pool_size)
+        started.append(bouncer)
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.stop()
+
+
+@pytest.fixture
 def manage(test_database_url):
     """Run or start `manage.py` subcommands as real processes on the test database."""
 
     class Manage:
         env = {**os.environ, "DATABASE_URL": test_database_url, "PYTHONUNBUFFERED": "1"}
 
-        def run(self, *args, timeout=120, check=True):
+        def run(self, *args, timeout=120, check=True, env=None):
             result = subprocess.run(
                 [sys.executable, str(ROOT / "manage.py"), *args],
-                env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                env={**self.env, **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
             )
             if check and result.returncode != 0:
                 raise AssertionError(f"manage.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")

@@ -40,17 +40,6 @@ def work_to_do(tenant: str, key: str) -> bool:
         | Q(state="LEASED", lease_until__lt=Now()), tenant=tenant, key=key).exists()
 
 
-def listening_connections() -> int:
-    """PostgreSQL connections of this database whose last statement was a
-    LISTEN: a worker's (or a listener's) registration is visible there."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND query ILIKE 'LISTEN %%'")
-        return cursor.fetchone()[0]
-
-
 class ProcessOutput:
     """Everything a child process writes to its stdout pipe, read by a
     background thread: a test waits for a line (a readiness signal such as a

@@ -324,6 +324,26 @@ MUTANTS: list[Mutant] = [
     Mutant("probe-details-need-token", "an anonymous probe learns only ok or not ok", (
         Edit("jobs/monitoring.py", "    if _bearer_ok(request) or _staff_session(request):", "    if True:"),),
         ("tests/jobs/test_monitoring.py",)),
+    # Fleet settings (DESIGN §17).
+    Mutant("pooler-no-prepared-statements", "behind a transaction-mode pooler nothing is prepared", (
+        Edit("durable/settings.py",
+             '    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": False, '
+             '"prepare_threshold": None})',
+             '    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, '
+             '"prepare_threshold": 2})'),),
+        ("tests/test_pool_mode_settings.py::test_transaction_mode_prepares_nothing_and_holds_no_cursor",
+         "tests/jobs/test_pooler_pg.py::test_workers_behind_a_transaction_pooler_run_every_job_once_and_wake_on_"
+         "notify"), postgres=True),
+    Mutant("pooler-refused-when-direct", "the direct configuration behind a transaction pooler refuses to start", (
+        Edit("jobs/pooling.py", "    if first_pid != second_pid:", "    if True:"),),
+        ("tests/jobs/test_pooler_pg.py::test_the_default_configuration_behind_a_transaction_pooler_refuses_to_"
+         "start",), postgres=True),
+    Mutant("connection-budget", "a worker LISTENs on its main connection: concurrency + 1 connections in all", (
+        Edit("jobs/notify.py", "    return Listener(on_notify, url=url or None, alias=alias)",
+             "    return Listener(on_notify, url=url or 'postgres://postgres@127.0.0.1:5432/' + "
+             "connections[alias].settings_dict['NAME'], alias=alias)"),),
+        ("tests/jobs/test_worker_connections_pg.py::test_a_worker_holds_at_most_concurrency_plus_one_connections_"
+         "idle_or_busy",), postgres=True),
     # The agent gateway (DESIGN §15).
     Mutant("effect-limit-lock", "concurrent workers count an effect limit one at a time (the limit's row lock)", (
         Edit("operations/limits.py",

@@ -1,8 +1,8 @@
 """Idle workers wake on NOTIFY (PostgreSQL) instead of waiting for the next poll.
 
 A worker counts as ready once it has run a first job (its slots are claiming)
-and, on PostgreSQL, its LISTEN connection is visible in pg_stat_activity —
-readiness signals, not a fixed sleep."""
+and, on PostgreSQL, it has logged its LISTEN (`worker.listening`) — readiness
+signals, not a fixed sleep."""
 
 import signal
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from jobs.models import Job
-from tests.support import ProcessOutput, listening_connections, wait_for
+from tests.support import ProcessOutput, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,13 +20,12 @@ def _done(key: str):
 
 
 def _serve(store, manage, poll_interval: str) -> ProcessOutput:
-    listening_before = listening_connections() if connection.vendor == "postgresql" else 0
     output = ProcessOutput(manage.start("run_worker", "--worker-id", "idle", "--poll-interval", poll_interval))
     output.wait_for("worker.start")
     store.enqueue("studio", "first")
     wait_for(_done("first"), what="the worker to run a first job")
     if connection.vendor == "postgresql":
-        wait_for(lambda: listening_connections() > listening_before, what="the worker's LISTEN")
+        output.wait_for("worker.listening")
     return output
 
 
@@ -73,7 +72,7 @@ def test_a_worker_survives_its_database_connections_being_killed(store, manage):
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
-            assert cursor.fetchone()[0] >= 2  # the worker's slot and its LISTEN connection
+            assert cursor.fetchone()[0] >= 2  # the worker's slot and its main connection (which LISTENs)
         store.enqueue("studio", "after")
         wait_for(_done("after"), timeout=30, what="the worker to reconnect and run the job")
     finally:

@@ -30,7 +30,7 @@ class Command(BaseCommand):
             handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
             self.stdout.write(f"handled {handled} outbox event(s)")
             return
-        stop, wake = threading.Event(), threading.Event()
+        stop, wake = threading.Event(), notify.Wakeup()
 
         def on_signal(signum, frame):
             stop.set()
@@ -38,9 +38,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        listener = notify.Listener(wake) if connection.vendor == "postgresql" else None
-        if listener:
-            listener.start()
+        # The LISTEN on this thread's own connection (or DATABASE_LISTEN_URL
+        # behind a transaction-mode pooler), waited for with the poll.
+        listener = notify.listener(wake.set)
+        if listener is None and notify.polling_only_reason() and connection.vendor == "postgresql":
+            self.stderr.write(f"wake-ups fall back to polling: {notify.polling_only_reason()}")
         total = 0
         try:
             while not stop.is_set():
@@ -48,10 +50,12 @@ class Command(BaseCommand):
                 close_old_connections()
                 handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
                 total += handled
+                if listener:
+                    listener.ensure()
                 if handled < opts["limit"]:
                     # Caught up: sleep until an emit's NOTIFY (on commit) or the poll.
-                    wake.wait(opts["poll_interval"])
+                    wake.wait(opts["poll_interval"], listener)
         finally:
             if listener:
-                listener.stop()
+                listener.close()
         self.stdout.write(f"handled {total} outbox event(s)")

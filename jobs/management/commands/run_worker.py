@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from durable.numbers import number_flag, whole_flag
 from jobs.logformat import LogFormatter
-from jobs.worker import Worker, WorkerConfig, default_worker_id
+from jobs.worker import Worker, WorkerConfig, default_worker_id, name_connections
 
 
 class Command(BaseCommand):
@@ -73,6 +73,7 @@ class Command(BaseCommand):
                 worker_metrics_serve(opts["metrics_port"])
             except OSError as exc:
                 raise CommandError(f"cannot serve metrics on port {opts['metrics_port']}: {exc}") from exc
+        name_connections(config.worker_id)
         worker = Worker(config)
         worker.install_signal_handlers()
         code = worker.run()

@@ -81,6 +81,16 @@ class Command(BaseCommand):
                                  "of 500; default: --rows; 0 skips it).")
         parser.add_argument("--queues-only", action="store_true",
                             help="Run only the console queues' section (with --queue-rows jobs).")
+        parser.add_argument("--pooler", action="store_true",
+                            help="Only the pooler section (PostgreSQL, PgBouncer installed): --jobs no-op jobs "
+                                 "through --pooler-processes workers direct, then through a private PgBouncer "
+                                 "in transaction mode (DATABASE_POOL_MODE=transaction, the LISTEN direct), "
+                                 "insert→start latency p50/p90 both ways, and one worker's server connections "
+                                 "at concurrency 1 and 8, idle and busy.")
+        parser.add_argument("--pooler-processes", type=whole_flag(1, 64), default=4,
+                            help="Worker processes for the --pooler throughput rows (default 4).")
+        parser.add_argument("--pool-size", type=whole_flag(1, 1000), default=4,
+                            help="PgBouncer's default_pool_size for --pooler (default 4).")
         parser.add_argument("--quick", action="store_true",
                             help="Small sizes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
                                  + " (explicit options win).")
@@ -113,6 +123,8 @@ class Command(BaseCommand):
         )
         if not processes:
             raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
+        if opts["pooler"]:
+            return self._pooler(config, opts)
 
         started = time.monotonic()
 
@@ -126,6 +138,25 @@ class Command(BaseCommand):
             raise CommandError(f"bench failed (its rows were cleaned up): {exc}") from exc
         self.stdout.write(render(results), ending="")
         progress(f"done; tenants {BENCH_TENANTS[0]} … {BENCH_TENANTS[-1]} and {REFERENCE_TABLE} are clean")
+
+
+    def _pooler(self, config: BenchConfig, opts) -> None:
+        from proving.bench_pooler import PoolerConfig, pooler_bench, render_pooler
+
+        started = time.monotonic()
+
+        def progress(message: str) -> None:
+            sys.stderr.write(f"[bench {time.monotonic() - started:6.1f} s] {message}\n")
+            sys.stderr.flush()
+
+        pooler = PoolerConfig(jobs=config.jobs, processes=opts["pooler_processes"], latency_jobs=config.latency_jobs,
+                              latency_workers=config.latency_workers, latency_interval_ms=config.latency_interval_ms,
+                              pool_size=opts["pool_size"])
+        try:
+            results = pooler_bench(pooler, progress=progress)
+        except BenchError as exc:
+            raise CommandError(f"bench --pooler failed (its rows were cleaned up): {exc}") from exc
+        self.stdout.write(render_pooler(results), ending="")
 
 
 COUNT = whole_flag(1, 10_000_000)
