@@ -314,7 +314,19 @@ DURABLE_SCHEDULES = {
 # and request bodies are redacted after the second, shorter period.
 JOBS_RETENTION_DAYS = env.int("JOBS_RETENTION_DAYS", default=30)
 JOBS_REDACT_AFTER_DAYS = env.int("JOBS_REDACT_AFTER_DAYS", default=7)
+# A sweep's first batch; later ones are sized to take about
+# JOBS_RETENTION_BATCH_SECONDS each (short transactions), and after each the
+# sweep pauses JOBS_RETENTION_PAUSE_RATIO times as long as the batch took, so
+# the workers keep most of the database while it runs. A sweep ends when the
+# work runs out or after JOBS_RETENTION_BUDGET_SECONDS (0: no limit; the
+# scheduled sweep also stays under Q_CLUSTER_TIMEOUT).
 JOBS_RETENTION_BATCH = env.int("JOBS_RETENTION_BATCH", default=500)
+JOBS_RETENTION_BATCH_SECONDS = env.float("JOBS_RETENTION_BATCH_SECONDS", default=0.25)
+JOBS_RETENTION_PAUSE_RATIO = env.float("JOBS_RETENTION_PAUSE_RATIO", default=1.0)
+JOBS_RETENTION_BUDGET_SECONDS = env.float("JOBS_RETENTION_BUDGET_SECONDS", default=0)
+# PostgreSQL's day partitions of the job history (jobs.partitions) are
+# created this many days ahead by the sweep.
+JOBS_HISTORY_PARTITIONS_AHEAD = env.int("JOBS_HISTORY_PARTITIONS_AHEAD", default=7)
 # Consistency audit (jobs.audit): how old a condition must be to be filed.
 AUDIT_STALE_LEASE_SECONDS = env.int("AUDIT_STALE_LEASE_SECONDS", default=900)
 AUDIT_TIMER_OVERDUE_SECONDS = env.int("AUDIT_TIMER_OVERDUE_SECONDS", default=3600)
