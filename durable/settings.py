@@ -304,8 +304,10 @@ DURABLE_SCHEDULES = {
     # name: (function, django-q2 schedule type D=daily / H=hourly, first run at HH:MM UTC, what it does)
     "invoice-reminder-plan": ("company.schedules.plan_invoice_reminders", "D", "00:05",
                               "enqueue one reminder-planning job per tenant for the day"),
-    "retention-sweep": ("jobs.schedules.retention_sweep", "D", "01:30",
-                        "delete, then redact, finished work past its retention"),
+    # Hourly: each run stays under Q_CLUSTER_TIMEOUT, and at 100M jobs a
+    # month a day's finished work needs more than one such run.
+    "retention-sweep": ("jobs.schedules.retention_sweep", "H", "00:30",
+                        "delete, then redact, finished work past its retention (within the task timeout)"),
     "consistency-audit": ("jobs.schedules.consistency_audit", "H", "00:15",
                           "file NEEDS_ATTENTION items for what no machine will fix"),
 }

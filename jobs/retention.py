@@ -369,6 +369,7 @@ def _delete_jobs(ids: list[int]) -> Counter:
     deleted["jobs.Timer"] += Timer.objects.filter(job_id__in=ids).delete()[0]
     deleted["jobs.JobEvent"] += history_delete(ids)
     # The ORM delete honours every other foreign key to Job (PROTECT raises).
-    _, by_model = Job.objects.filter(id__in=ids, state__in=FINISHED).delete()
+    # Only the ids: the collector needs instances, not their columns.
+    _, by_model = Job.objects.filter(id__in=ids, state__in=FINISHED).only("id").delete()
     deleted["jobs.Job"] += by_model.get("jobs.Job", 0)
     return deleted
