@@ -35,6 +35,8 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from .tablestorage import INSERT_ONLY
+
 __all__ = ["history_partitioned", "history_partitions_ensure", "history_partitions_drop", "history_delete",
            "history_partitions", "PARENT", "DEFAULT"]
 
@@ -44,9 +46,8 @@ _NAME = re.compile(r"^jobs_jobevent_p(\d{8})_(\d{8})$")
 # Partition DDL takes a short exclusive lock on the parent: never queue
 # behind a long transaction (and stall every writer queued behind us).
 _LOCK_TIMEOUT = "2s"
-# Insert-only tables: vacuumed for their visibility map and frozen early.
-PARTITION_STORAGE = ("autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05, "
-                     "autovacuum_freeze_min_age = 1000000")
+# Each partition is an insert-only table (`jobs.tablestorage`).
+PARTITION_STORAGE = ", ".join(f"{name} = {value}" for name, value in INSERT_ONLY.items())
 
 
 def history_partitioned(using=None) -> bool:

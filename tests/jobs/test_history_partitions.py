@@ -108,3 +108,17 @@ def test_a_day_partition_is_dropped_only_once_no_remaining_job_has_history_in_it
     assert not JobEvent.objects.filter(job_id__in=[gone.pk, kept.pk]).exists()
     assert Job.objects.get(key="unfinished").events.exists()
     assert "1 dropped" in report.summary()
+
+
+@postgres_only
+def test_the_growing_tables_carry_their_own_autovacuum_and_fillfactor():
+    day = datetime(2033, 7, 1, tzinfo=UTC)
+    (made,) = history_partitions_ensure(now=day, ahead=0)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+                       [["jobs_outboxevent", "operations_operation", "operations_receipt", made, DEFAULT, "jobs_job"]])
+        options = {name: set(opts or ()) for name, opts in cursor.fetchall()}
+    assert {"fillfactor=90", "autovacuum_vacuum_scale_factor=0.02"} <= options["jobs_outboxevent"]
+    assert "fillfactor=90" in options["operations_operation"]
+    for insert_only in ("operations_receipt", made, DEFAULT):
+        assert "autovacuum_vacuum_insert_scale_factor=0.05" in options[insert_only], insert_only
