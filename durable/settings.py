@@ -348,8 +348,10 @@ DURABLE_SCHEDULES = {
     # name: (function, django-q2 schedule type D=daily / H=hourly, first run at HH:MM UTC, what it does)
     "invoice-reminder-plan": ("company.schedules.plan_invoice_reminders", "D", "00:05",
                               "enqueue one reminder-planning job per tenant for the day"),
-    "retention-sweep": ("jobs.schedules.retention_sweep", "D", "01:30",
-                        "delete, then redact, finished work past its retention"),
+    # Hourly: each run stays under Q_CLUSTER_TIMEOUT, and at 100M jobs a
+    # month a day's finished work needs more than one such run.
+    "retention-sweep": ("jobs.schedules.retention_sweep", "H", "00:30",
+                        "delete, then redact, finished work past its retention (within the task timeout)"),
     "consistency-audit": ("jobs.schedules.consistency_audit", "H", "00:15",
                           "file NEEDS_ATTENTION items for what no machine will fix"),
 }
@@ -358,7 +360,19 @@ DURABLE_SCHEDULES = {
 # and request bodies are redacted after the second, shorter period.
 JOBS_RETENTION_DAYS = env.int("JOBS_RETENTION_DAYS", default=30)
 JOBS_REDACT_AFTER_DAYS = env.int("JOBS_REDACT_AFTER_DAYS", default=7)
+# A sweep's first batch; later ones are sized to take about
+# JOBS_RETENTION_BATCH_SECONDS each (short transactions), and after each the
+# sweep pauses JOBS_RETENTION_PAUSE_RATIO times as long as the batch took, so
+# the workers keep most of the database while it runs. A sweep ends when the
+# work runs out or after JOBS_RETENTION_BUDGET_SECONDS (0: no limit; the
+# scheduled sweep also stays under Q_CLUSTER_TIMEOUT).
 JOBS_RETENTION_BATCH = env.int("JOBS_RETENTION_BATCH", default=500)
+JOBS_RETENTION_BATCH_SECONDS = env.float("JOBS_RETENTION_BATCH_SECONDS", default=0.25)
+JOBS_RETENTION_PAUSE_RATIO = env.float("JOBS_RETENTION_PAUSE_RATIO", default=1.0)
+JOBS_RETENTION_BUDGET_SECONDS = env.float("JOBS_RETENTION_BUDGET_SECONDS", default=0)
+# PostgreSQL's day partitions of the job history (jobs.partitions) are
+# created this many days ahead by the sweep.
+JOBS_HISTORY_PARTITIONS_AHEAD = env.int("JOBS_HISTORY_PARTITIONS_AHEAD", default=7)
 # Consistency audit (jobs.audit): how old a condition must be to be filed.
 AUDIT_STALE_LEASE_SECONDS = env.int("AUDIT_STALE_LEASE_SECONDS", default=900)
 AUDIT_TIMER_OVERDUE_SECONDS = env.int("AUDIT_TIMER_OVERDUE_SECONDS", default=3600)

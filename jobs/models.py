@@ -115,7 +115,12 @@ class JobEvent(models.Model):
 
     # No index of its own: `jobevent_job_id` (job, id) leads with the job and
     # serves every lookup by job (one index less to write per event).
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
+    # No database constraint and no cascade: on PostgreSQL the table is
+    # partitioned by day and a deleted job's history goes with its whole
+    # partition (`jobs.partitions`); retention deletes it otherwise
+    # (`jobs.partitions.history_delete`).
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, related_name="events", db_index=False,
+                            db_constraint=False)
     kind = models.CharField(max_length=40)
     from_state = models.CharField(max_length=20, blank=True, default="")
     to_state = models.CharField(max_length=20, blank=True, default="")

@@ -1,7 +1,11 @@
 """Retention: finished work does not pile up forever (DESIGN §13).
 
-`retention_sweep` does two things, oldest first, in bounded batches of
-`JOBS_RETENTION_BATCH` jobs, each batch its own short transaction (a sweep
+`retention_sweep` does two things, oldest first, in batches (starting at
+`JOBS_RETENTION_BATCH` jobs and sized to take about
+`JOBS_RETENTION_BATCH_SECONDS` each), each batch its own short transaction
+followed by a pause (`JOBS_RETENTION_PAUSE_RATIO` times the batch's
+duration), until the work runs out, its time budget
+(`JOBS_RETENTION_BUDGET_SECONDS`) is spent or a signal stops it (a sweep
 never holds a long transaction, and it never locks READY rows, so the queue
 keeps flowing while it runs):
 
@@ -13,9 +17,14 @@ keeps flowing while it runs):
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
    registered apps, the request bodies of their external calls) replaced by a marker;
    `Job.redacted_at` records when. Keys, states, digests and history stay.
-   When deletion stopped at its batch limit, the rows already past
+   When deletion stopped before the end, the rows already past
    retention that it did not reach are left for the next sweep to delete,
    not rewritten on their way out.
+
+On PostgreSQL the history (`jobs.JobEvent`) is partitioned by day
+(`jobs.partitions`): a deleted job's history stays in its day's partition
+until the whole partition is dropped, which happens only once no remaining
+job has history in it.
 
 Never touched, by either phase: any job that is not DONE or CANCELLED, and
 any finished job something live still refers to (`_referred_to`: one rule
@@ -27,8 +36,12 @@ pause names as its evidence). A table of another app that PROTECTs a job
 keeps that job too (reported as kept).
 """
 
+import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -38,10 +51,11 @@ from django.db.models import ProtectedError, Q
 from django.db.utils import IntegrityError
 
 from .clock import Clock
-from .models import InboundEvent, Job, JobEvent, Timer
+from .models import InboundEvent, Job, Timer
+from .partitions import history_delete, history_partitioned, history_partitions_drop, history_partitions_ensure
 from .selectors import FINISHED
 
-__all__ = ["RetentionReport", "retention_sweep", "retention_dependent", "REDACTED"]
+__all__ = ["RetentionReport", "retention_sweep", "retention_dependent", "REDACTED", "stop_on_signals"]
 
 
 def REDACTED(at: datetime) -> dict:
@@ -74,10 +88,21 @@ class RetentionReport:
     kept: int = 0  # finished jobs past the cutoff kept because something live refers to them
     kept_unredacted: int = 0  # finished jobs past the redaction cutoff left whole for the same reason
     batches: int = 0
+    # done (nothing left), budget, signal or max_batches: why the sweep ended.
+    stopped_by: str = ""
+    seconds: float = 0.0
+    # PostgreSQL's partitioned history (`jobs.partitions`): partitions made
+    # ahead, dropped, and kept because a remaining job has history in them
+    # (name: how many such jobs, at least).
+    partitions_created: list[str] = field(default_factory=list)
+    partitions_dropped: list[str] = field(default_factory=list)
+    partitions_kept: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"redacted": dict(self.redacted), "deleted": dict(self.deleted), "kept": self.kept,
-                "kept_unredacted": self.kept_unredacted, "batches": self.batches}
+                "kept_unredacted": self.kept_unredacted, "batches": self.batches, "stopped_by": self.stopped_by,
+                "seconds": self.seconds, "partitions_created": self.partitions_created,
+                "partitions_dropped": self.partitions_dropped, "partitions_kept": self.partitions_kept}
 
     def summary(self) -> str:
         def show(counts):
@@ -85,7 +110,40 @@ class RetentionReport:
 
         return (f"redacted {show(self.redacted)}; deleted {show(self.deleted)}; "
                 f"kept {self.kept} finished job(s) still referred to (and {self.kept_unredacted} unredacted); "
-                f"{self.batches} batch(es)")
+                f"{self.batches} batch(es)" + self._partitions() + self._end())
+
+    def _partitions(self) -> str:
+        if not (self.partitions_created or self.partitions_dropped or self.partitions_kept):
+            return ""
+        return (f"; history partitions: {len(self.partitions_created)} created ahead, "
+                f"{len(self.partitions_dropped)} dropped, {len(self.partitions_kept)} kept (remaining jobs "
+                f"have history in them)")
+
+    def _end(self) -> str:
+        why = {"": "", "done": "", "budget": "; stopped at its time budget, the rest is the next sweep's",
+               "signal": "; stopped by a signal, the rest is the next sweep's",
+               "max_batches": "; stopped at --max-batches, the rest is the next sweep's"}[self.stopped_by]
+        return f"; {self.seconds:.1f} s{why}" if self.stopped_by else why
+
+
+@contextmanager
+def stop_on_signals():
+    """An event SIGTERM and SIGINT set while the block runs (instead of
+    killing the process), so a sweep ends after its current batch and says
+    what it did. Outside the main thread signals cannot be caught: the event
+    then stays unset."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in previous:
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def retention_sweep(
@@ -94,59 +152,158 @@ def retention_sweep(
     retention_days: float | None = None,
     redact_after_days: float | None = None,
     batch_size: int | None = None,
-    max_batches: int = 200,
+    max_batches: int | None = None,
+    budget_seconds: float | None = None,
+    pause_ratio: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_every: float = 10.0,
+    stop: threading.Event | None = None,
 ) -> RetentionReport:
     """Delete, then redact, finished work past its retention (see the module
-    docstring for what is never touched). At most `max_batches` batches of
-    `batch_size` jobs per phase; the next sweep continues where work is left.
-    Returns what it redacted, deleted and kept."""
+    docstring for what is never touched), then, on PostgreSQL with the
+    partitioned history, create the history partitions ahead and drop the old
+    ones no remaining job has history in (`jobs.partitions`).
+
+    Each phase runs until its rows run out, `budget_seconds` (default
+    JOBS_RETENTION_BUDGET_SECONDS; 0: none) have passed, `stop` is set (a
+    signal) or, if given, `max_batches` batches; the next sweep continues
+    where work is left (`report.stopped_by` tells why it ended). Batches
+    start at `batch_size` jobs and adapt to take about
+    JOBS_RETENTION_BATCH_SECONDS each; after each one the sweep pauses
+    `pause_ratio` times as long as the batch took, so the workers keep the
+    database. `progress` receives a line every `progress_every` seconds."""
     at = Clock.of(now).value()
     retention = settings.JOBS_RETENTION_DAYS if retention_days is None else retention_days
     redact_after = settings.JOBS_REDACT_AFTER_DAYS if redact_after_days is None else redact_after_days
-    size = batch_size or settings.JOBS_RETENTION_BATCH
-    report = RetentionReport()
+    budget = settings.JOBS_RETENTION_BUDGET_SECONDS if budget_seconds is None else budget_seconds
+    run = _Run(size=batch_size or settings.JOBS_RETENTION_BATCH, max_batches=max_batches,
+               deadline=(time.monotonic() + budget) if budget else None,
+               pause_ratio=settings.JOBS_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio,
+               progress=progress, progress_every=progress_every, stop=stop or threading.Event())
+    report = run.report
     # Deletion first: what it removes need not be redacted on the way out.
     retention_cutoff = at - timedelta(days=retention)
     expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=retention_cutoff)
-    deletion = _Pages(expired, size, max_batches)
+    deletion = _Pages(expired, run, "deleting")
     for ids in deletion:
-        _delete(ids, report)
-    if redact_after is not None and redact_after < retention:
+        run.timed(_delete, ids, report)
+    if redact_after is not None and redact_after < retention and not run.stopped_by:
         unredacted = Job.objects.filter(state__in=FINISHED, redacted_at__isnull=True,
                                         finished_at__lt=at - timedelta(days=redact_after))
         if not deletion.exhausted:
             # Deletion stopped at its limit: the rows past retention it did
             # not reach are the next sweep's to delete, not to rewrite now.
             unredacted = unredacted.filter(finished_at__gte=retention_cutoff)
-        for ids in _Pages(unredacted, size, max_batches):
-            _redact(ids, at, report)
+        for ids in _Pages(unredacted, run, "redacting"):
+            run.timed(_redact, ids, at, report)
+    if history_partitioned():
+        # Ahead of the clock even when deletion was cut short: new history
+        # must always find its day's partition.
+        report.partitions_created = history_partitions_ensure(now=at)
+        if not run.stopped_by:
+            dropped, kept = history_partitions_drop(before=retention_cutoff)
+            report.partitions_dropped, report.partitions_kept = dropped, kept
+    report.stopped_by = run.stopped_by or ("max_batches" if run.limited else "done")
+    report.seconds = round(time.monotonic() - run.started, 3)
     return report
+
+
+class _Run:
+    """One sweep's pace and limits: the adaptive batch size, the pause after
+    each batch, the budget, the stop signal and the progress lines."""
+
+    MIN_SIZE, MAX_SIZE = 50, 20_000
+
+    def __init__(self, *, size, max_batches, deadline, pause_ratio, progress, progress_every, stop):
+        self.size = size
+        self.max_batches, self.deadline, self.pause_ratio = max_batches, deadline, pause_ratio
+        self.progress, self.progress_every, self.stop = progress, progress_every, stop
+        self.target = settings.JOBS_RETENTION_BATCH_SECONDS
+        self.report = RetentionReport()
+        self.started = self.last_line = time.monotonic()
+        self.batches = 0
+        self.stopped_by = ""
+        self.limited = False
+        self.phase, self.done, self.total = "", 0, 0
+
+    def go_on(self) -> bool:
+        """Whether another batch may start (records why not)."""
+        if not self.stopped_by:
+            if self.stop.is_set():
+                self.stopped_by = "signal"
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
+                self.stopped_by = "budget"
+        if self.max_batches is not None and self.batches >= self.max_batches:
+            # A limit per phase: redaction still gets its batches.
+            self.limited = True
+            return False
+        return not self.stopped_by
+
+    def begin(self, phase: str, total: int) -> None:
+        self.phase, self.done, self.total = phase, 0, total
+        self.phase_started = time.monotonic()
+        self.batches = 0
+
+    def timed(self, work, ids, *args) -> None:
+        began = time.monotonic()
+        work(ids, *args)
+        took = time.monotonic() - began
+        self.batches += 1
+        self.done += len(ids)
+        # Aim each batch at the target duration: short transactions whatever
+        # the rows cost, and no more round trips than that needs.
+        if took < self.target / 2:
+            self.size = min(self.MAX_SIZE, self.size * 2)
+        elif took > self.target * 2:
+            self.size = max(min(self.size, self.MIN_SIZE), self.size // 2)
+        # The first batch's line at once: the operator sees the rate early.
+        self._line(force=self.batches == 1)
+        if self.pause_ratio:
+            # Interrupted by the stop signal; the budget also counts pauses.
+            self.stop.wait(took * self.pause_ratio)
+
+    def _line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.progress or (not force and now - self.last_line < self.progress_every):
+            return
+        self.last_line = now
+        elapsed = now - self.phase_started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = max(0, self.total - self.done)
+        eta = f"{left / rate:.0f} s" if rate else "unknown"
+        self.progress(f"retention: {self.phase} {self.done} of {self.total} job(s) in {elapsed:.0f} s "
+                      f"({rate:.0f} jobs/s, batch {self.size}); about {left} left, {eta} to go; "
+                      f"{self.report.summary()}")
 
 
 class _Pages:
     """Keyset pages of job ids over (finished_at, id) — served by the partial
     indexes `job_finished` / `job_finished_unredacted` — so kept rows at the
-    front never stall the sweep and no page rescans the ones before it. At
-    most `max_batches` pages; `exhausted` tells, once iterated, whether the
-    rows ran out before that limit."""
+    front never stall the sweep and no page rescans the ones before it. Pages
+    are as large as the run's current batch size and stop when the run says
+    so; `exhausted` tells, once iterated, whether the rows ran out."""
 
-    def __init__(self, rows, size: int, max_batches: int):
-        self.rows, self.size, self.max_batches = rows, size, max_batches
+    def __init__(self, rows, run: _Run, phase: str):
+        self.rows, self.run, self.phase = rows, run, phase
         self.exhausted = False
 
     def __iter__(self):
+        # The total only feeds the progress lines' estimate.
+        self.run.begin(self.phase, self.rows.count() if self.run.progress else 0)
         after = None
-        for _ in range(self.max_batches):
+        while self.run.go_on():
             page = self.rows
             if after is not None:
                 page = page.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1]))
-            keys = list(page.order_by("finished_at", "id").values_list("finished_at", "id")[:self.size])
+            size = self.run.size
+            keys = list(page.order_by("finished_at", "id").values_list("finished_at", "id")[:size])
             if keys:
                 yield [job_id for _, job_id in keys]
-            if len(keys) < self.size:
+            if len(keys) < size:
                 self.exhausted = True
-                return
+                break
             after = keys[-1]
+        self.run._line(force=True)
 
 
 def _redact(ids: list[int], at: datetime, report: RetentionReport) -> None:
@@ -210,8 +367,9 @@ def _delete_jobs(ids: list[int]) -> Counter:
         deleted.update(dependent.delete(ids))
     deleted["jobs.InboundEvent"] += InboundEvent.objects.filter(job_id__in=ids).delete()[0]
     deleted["jobs.Timer"] += Timer.objects.filter(job_id__in=ids).delete()[0]
-    deleted["jobs.JobEvent"] += JobEvent.objects.filter(job_id__in=ids)._raw_delete(JobEvent.objects.db)
+    deleted["jobs.JobEvent"] += history_delete(ids)
     # The ORM delete honours every other foreign key to Job (PROTECT raises).
-    _, by_model = Job.objects.filter(id__in=ids, state__in=FINISHED).delete()
+    # Only the ids: the collector needs instances, not their columns.
+    _, by_model = Job.objects.filter(id__in=ids, state__in=FINISHED).only("id").delete()
     deleted["jobs.Job"] += by_model.get("jobs.Job", 0)
     return deleted

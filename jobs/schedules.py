@@ -108,10 +108,18 @@ def intended_day(intended_date: str | None) -> str:
 
 def retention_sweep(intended_date: str | None = None) -> dict:
     """Redact and delete finished work past its retention (`jobs.retention`);
-    bounded batches, idempotent: a second run finds nothing more to do."""
+    idempotent: a second run finds nothing more to do. It runs until done,
+    within JOBS_RETENTION_BUDGET_SECONDS and under django-q2's timeout (what
+    is left is the next run's), logs its progress, and logs what it did when
+    a signal stops it."""
     from .retention import retention_sweep as sweep
+    from .retention import stop_on_signals
 
-    report = sweep()
+    budget = settings.Q_CLUSTER["timeout"] * 0.9 - 5
+    if settings.JOBS_RETENTION_BUDGET_SECONDS:
+        budget = min(budget, settings.JOBS_RETENTION_BUDGET_SECONDS)
+    with stop_on_signals() as stop:
+        report = sweep(budget_seconds=max(1.0, budget), progress=log.info, stop=stop)
     log.info("retention sweep for %s: %s", intended_day(intended_date), report.summary())
     return report.as_dict()
 

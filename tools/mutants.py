@@ -282,6 +282,14 @@ MUTANTS: list[Mutant] = [
              "            unredacted = unredacted"),),
         ("tests/jobs/test_retention.py::test_when_deletion_stops_at_its_batch_limit_redaction_leaves_the_rows_due_"
          "for_deletion",)),
+    Mutant("retention-unbounded", "a sweep runs until its work runs out, not for a fixed number of batches", (
+        Edit("jobs/retention.py", "        if self.max_batches is not None and self.batches >= self.max_batches:",
+             "        if self.batches >= (self.max_batches or 200):"),),
+        ("tests/jobs/test_retention.py::test_a_sweep_runs_past_the_old_cap_of_200_batches_until_the_work_runs_out",)),
+    Mutant("partition-drop-rule", "a history partition is dropped only once no remaining job has history in it", (
+        Edit("jobs/partitions.py", "    return cursor.fetchone()[0]", "    return 0", after="def _holds_remaining_history("),),
+        ("tests/jobs/test_history_partitions.py::test_a_day_partition_is_dropped_only_once_no_remaining_job_has_"
+         "history_in_it",), postgres=True),
     Mutant("resend-within-lease", "the resend backoff of a write in doubt is bounded by its lease", (
         Edit("jobs/worker.py", "        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))", "        delay = delay"),),
         ("tests/jobs/test_worker_writes.py::test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage",)),

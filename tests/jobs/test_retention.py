@@ -1,6 +1,7 @@
 """Retention: finished work past the cutoff goes, in batches; unfinished work
 and everything live refers to stays."""
 
+import signal
 import time
 
 import pytest
@@ -171,3 +172,68 @@ def test_when_deletion_stops_at_its_batch_limit_redaction_leaves_the_rows_due_fo
     assert report.redacted["jobs.Job.payload"] == 1
     retention_sweep(retention_days=30, redact_after_days=7, batch_size=2)
     assert not Job.objects.filter(key__startswith="old-").exists()
+
+
+# ---------------------------------------------------------------- a sweep that keeps up: no batch cap, paced, told
+
+
+def test_a_sweep_runs_past_the_old_cap_of_200_batches_until_the_work_runs_out(store, settings):
+    # A target of 0 s keeps every batch at one job: 230 batches.
+    settings.JOBS_RETENTION_BATCH_SECONDS = 0
+    for n in range(230):
+        finished(store, f"old-{n}", days_ago=40)
+    report = retention_sweep(retention_days=30, redact_after_days=7, batch_size=1, pause_ratio=0)
+    assert (report.deleted["jobs.Job"], report.batches, report.stopped_by) == (230, 230, "done")
+    assert not Job.objects.exists()
+
+
+def test_batches_grow_while_they_are_quick(store, settings):
+    settings.JOBS_RETENTION_BATCH_SECONDS = 3600
+    for n in range(20):
+        finished(store, f"old-{n}", days_ago=40)
+    report = retention_sweep(retention_days=30, redact_after_days=7, batch_size=1, pause_ratio=0)
+    # 1, 2, 4, 8, then the 5 left.
+    assert (report.deleted["jobs.Job"], report.batches) == (20, 5)
+
+
+def test_a_sweep_reports_its_progress_and_why_it_ended(store):
+    for n in range(3):
+        finished(store, f"old-{n}", days_ago=40)
+    lines = []
+    report = retention_sweep(retention_days=30, redact_after_days=7, progress=lines.append, pause_ratio=0)
+    assert any("deleting 3 of 3 job(s)" in line and "jobs/s" in line and "about 0 left" in line for line in lines)
+    assert report.stopped_by == "done" and report.as_dict()["stopped_by"] == "done"
+
+
+def test_a_spent_budget_or_a_stop_signal_ends_the_sweep_and_leaves_the_rest(store):
+    import threading
+
+    for n in range(3):
+        finished(store, f"old-{n}", days_ago=40)
+    report = retention_sweep(retention_days=30, redact_after_days=7, budget_seconds=1e-9)
+    assert report.stopped_by == "budget" and "time budget" in report.summary()
+    stop = threading.Event()
+    stop.set()
+    report = retention_sweep(retention_days=30, redact_after_days=7, stop=stop)
+    assert report.stopped_by == "signal" and "stopped by a signal" in report.summary()
+    assert Job.objects.count() == 3
+    assert retention_sweep(retention_days=30, redact_after_days=7).deleted["jobs.Job"] == 3
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_prune_process_stopped_by_a_signal_says_what_it_did(store, manage, signum):
+    for n in range(4):
+        finished(store, f"old-{n}", days_ago=40)
+    # One job a batch, then a long pause: the signal arrives in the pause.
+    prune = manage.start("prune", "--days", "30", "--batch-size", "1", "--pause-ratio", "5000",
+                         "--progress-every", "3600")
+    seen = []
+    for line in prune.stdout:
+        seen.append(line)
+        if "deleting 1 of 4 job(s)" in line:
+            break
+    prune.send_signal(signum)
+    out = "".join(seen) + prune.communicate(timeout=60)[0]
+    assert prune.returncode == 0, out
+    assert "deleted 1 jobs.Job" in out and "stopped by a signal" in out
+    assert Job.objects.count() == 3
