@@ -11,7 +11,7 @@ from jobs.tablestorage import DELETED_IN_BULK, table_storage
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0009_history_partitioned_by_day'),
+        ('jobs', '0011_history_partitioned_by_day'),
     ]
 
     operations = [

@@ -78,7 +78,7 @@ def unpartition(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0008_jobevent_one_job_index'),
+        ('jobs', '0010_queue_search_assign_batches'),
     ]
 
     operations = [
