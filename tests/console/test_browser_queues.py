@@ -12,12 +12,10 @@ from jobs.models import DecisionBatch, Job
 from jobs.review import job_reject
 from jobs.store import Store
 
-from .conftest import newest_event
 from . import test_browser as console_browser
+from .conftest import newest_event, shot
 
-# The browser, its sign-in and screenshots are the console browser tests' own.
-allow_sync_orm_beside_playwright = console_browser.allow_sync_orm_beside_playwright
-browser, login, shot = console_browser.browser, console_browser.login, console_browser.shot
+# The browser and its sign-in are the console's fixtures (conftest).
 pytestmark = [*console_browser.pytestmark, pytest.mark.django_db(transaction=True)]
 
 
