@@ -32,7 +32,8 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   A row another claimer took meanwhile fails the state re-check or is skipped.
 - the chosen rows are leased and their claim events inserted in the same
   statement. The statement also reports sampled tenants that turned out to
-  have no READY job left; `_prune` removes them from the sample table.
+  have no READY job left; `_prune` removes them from the sample table (one
+  statement after the claim's: the function of migration 0009).
 If nothing could be locked (every candidate was taken by concurrent claimers,
 or the sample's work is all scheduled for later) the plain claim runs
 (`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
@@ -629,21 +630,13 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None]:
     return jobs, set(finished), population
 
 
-_PRUNE = "DELETE FROM jobs_readytenant AS t WHERE t.tenant = ANY(%(tenants)s) AND " + _NO_READY.format(tenant="t.tenant")
-
-
 def _prune(tenants: list[str]) -> None:
     """Take tenants without READY jobs out of the sample table — only rows no
     transaction adding work holds (SKIP LOCKED), and only if a fresh snapshot,
-    taken after the lock, still sees no READY job (migration 0007)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tenant FROM jobs_readytenant WHERE tenant = ANY(%s) ORDER BY tenant FOR UPDATE SKIP LOCKED",
-            [tenants],
-        )
-        locked = [row[0] for row in cursor.fetchall()]
-        if locked:
-            cursor.execute(_PRUNE, {"tenants": locked})
+    taken after the lock, still sees no READY job (migrations 0007 and 0009:
+    one statement, the function runs both steps)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [tenants])
 
 
 # Every column of a job, in the order the claim statements return them
