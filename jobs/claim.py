@@ -32,7 +32,8 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   A row another claimer took meanwhile fails the state re-check or is skipped.
 - the chosen rows are leased and their claim events inserted in the same
   statement. The statement also reports sampled tenants that turned out to
-  have no READY job left; `_prune` removes them from the sample table.
+  have no READY job left; `_prune` removes them from the sample table (one
+  statement after the claim's: the function of migration 0009).
 If nothing could be locked (every candidate was taken by concurrent claimers,
 or the sample's work is all scheduled for later) the plain claim runs
 (`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
@@ -76,7 +77,6 @@ import random
 import re
 import secrets
 import threading
-import zlib
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -237,10 +237,14 @@ _TENANTS_SAMPLED = """
          ORDER BY added DESC LIMIT {newest})
     ),"""
 
-# A worker restricted to some tenants (`--tenant`) already knows them.
+# A worker restricted to some tenants (`--tenant`), or a capped claim for
+# the tenants it locked, already knows them: one bound value each, so the
+# prepared statement's generic plan knows how many (an array's length is
+# unknown to it and planned as ten, dearer than the custom plan of a few —
+# the capped claim was then planned anew on every call).
 _TENANTS_LISTED = """
     tenants AS MATERIALIZED (
-        SELECT DISTINCT tenant FROM unnest(%(tenant_list)s::varchar[]) AS tenant
+        SELECT DISTINCT tenant FROM (VALUES {listed}) AS v (tenant)
     ),"""
 
 _FAIR_PG = """
@@ -496,36 +500,40 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
     cap = lease_cap()
     with transaction.atomic():
         sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
-        candidates = _tenants(sql, params)
-        if not candidates and not tenants:
+        tried = _try_locks(sql, params)
+        if not tried and not tenants:
             # (A worker's listed tenants were all looked at already.)
             sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
-            candidates = _tenants(sql, params)
-        locked = [t for t in candidates if _cap_lock(t, wait=False)]
-        if not locked and candidates:
+            tried = _try_locks(sql, params)
+        locked = [tenant for tenant, got in tried if got]
+        if not locked and tried:
             # Every candidate is being claimed by someone else right now:
             # wait for the first (its claim is one short statement).
-            _cap_lock(candidates[0], wait=True)
-            locked = candidates[:1]
+            with connection.cursor() as cursor:
+                cursor.execute(_CAP_WAIT, [tried[0][0]])
+            locked = [tried[0][0]]
         if not locked:
             return []
         return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap)[0]
 
 
-def _cap_lock(tenant: str, *, wait: bool) -> bool:
-    key = zlib.crc32(tenant.encode()) - 2**31  # a stable signed 32-bit key
-    with connection.cursor() as cursor:
-        if wait:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])
-            return True
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])
-        return cursor.fetchone()[0]
+# The candidate tenants, each with whether this transaction got its advisory
+# lock — chosen and tried in ONE statement (a round trip per tenant made
+# the capped claim several times dearer than the plain one). The lock call
+# is a volatile function in the outer select, so it is never pushed into the
+# candidates' query: exactly the candidates are tried, in their fair order.
+_CAP_TRY_LOCKS = (
+    "WITH candidates AS MATERIALIZED ({query}) "
+    "SELECT c.tenant, pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(c.tenant)) AS got "
+    "FROM (SELECT tenant, row_number() OVER () AS position FROM candidates) AS c ORDER BY c.position"
+)
+_CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 
-def _tenants(sql: str, params: dict) -> list[str]:
+def _try_locks(sql: str, params: dict) -> list[tuple[str, bool]]:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(_CAP_TRY_LOCKS.format(query=sql), {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
+        return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
 def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, cap=0,
@@ -536,8 +544,8 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
     until = params.clock(clock, ttl, "until")
     if template in (_FAIR_PG, _CAP_TENANTS_PG, _CAP_TENANTS_ALL_PG):
         if tenants:
-            params["tenant_list"] = list(tenants)
-            tenants_cte = _TENANTS_LISTED
+            listed = ", ".join(f"({name}::varchar)" for name in params.bind("tenant", tenants).split(", "))
+            tenants_cte = _TENANTS_LISTED.replace("{listed}", listed)
         else:
             # (A batch looks at as many tenants as it may take jobs, so it can
             # spread over them the way that many single claims would.)
@@ -629,21 +637,13 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None]:
     return jobs, set(finished), population
 
 
-_PRUNE = "DELETE FROM jobs_readytenant AS t WHERE t.tenant = ANY(%(tenants)s) AND " + _NO_READY.format(tenant="t.tenant")
-
-
 def _prune(tenants: list[str]) -> None:
     """Take tenants without READY jobs out of the sample table — only rows no
     transaction adding work holds (SKIP LOCKED), and only if a fresh snapshot,
-    taken after the lock, still sees no READY job (migration 0007)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tenant FROM jobs_readytenant WHERE tenant = ANY(%s) ORDER BY tenant FOR UPDATE SKIP LOCKED",
-            [tenants],
-        )
-        locked = [row[0] for row in cursor.fetchall()]
-        if locked:
-            cursor.execute(_PRUNE, {"tenants": locked})
+    taken after the lock, still sees no READY job (migrations 0007 and 0009:
+    one statement, the function runs both steps)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [tenants])
 
 
 # Every column of a job, in the order the claim statements return them

@@ -140,7 +140,7 @@ MUTANTS: list[Mutant] = [
              after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     Mutant("cap-fallback", "a capped claim goes past sampled tenants at their cap to ones it can serve", (
-        Edit("jobs/claim.py", "if not candidates and not tenants:", "if False:"),),
+        Edit("jobs/claim.py", "if not tried and not tenants:", "if False:"),),
         ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),
         postgres=True),
     Mutant("cap-eligible", "a capped claim tries only tenants with an eligible job", (
@@ -202,8 +202,8 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
            "work falls due during another claim)", (
-        Edit("jobs/claim.py", 'cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_CAP_LOCK_NAMESPACE, key])',
-             'cursor.execute("SELECT %s::int + %s::bigint IS NOT NULL", [_CAP_LOCK_NAMESPACE, key])'),),
+        Edit("jobs/claim.py", '"SELECT c.tenant, pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(c.tenant)) AS got "',
+             '"SELECT c.tenant, %(cap_namespace)s::bigint IS NOT NULL AS got "'),),
         (f"{CLAIM_SCALE}::test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_"
          "its_cap",), postgres=True),
     Mutant("decision-permission", "a decision needs the permission, not only a role that allows it", (
