@@ -47,7 +47,7 @@ def drop(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("jobs", "0008_jobevent_one_job_index"),
+        ("jobs", "0012_growing_tables_storage"),
     ]
 
     operations = [
