@@ -455,7 +455,7 @@ def test_the_generic_plan_reads_jobs_by_key_when_statistics_say_the_table_is_emp
 
 
 _PRUNE_DELETE = re.search(r"DELETE FROM jobs_readytenant .*?IS NULL", import_module(
-    "jobs.migrations.0009_readytenant_prune_function").CREATE, re.S).group(0).replace("ANY(locked)", "ANY(%(tenants)s)")
+    "jobs.migrations.0013_readytenant_prune_function").CREATE, re.S).group(0).replace("ANY(locked)", "ANY(%(tenants)s)")
 
 
 def test_a_worker_finishing_and_claiming_thousands_of_jobs_keeps_a_flat_plan():
