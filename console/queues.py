@@ -7,7 +7,6 @@ Thin, as every console page: the set of items is the one selector
 `queue_jobs`, the decisions are the engine's services, who may see what is
 `jobs.access`."""
 
-from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
 from django.contrib import admin, messages
@@ -27,7 +26,7 @@ from jobs import access, assignment, bulk
 from jobs.actions import registered_actions
 from jobs.models import DecisionBatch, Job
 from jobs.review import NOTE_MAX_CHARS
-from jobs.search import SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
+from jobs.search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
 from jobs.states import State
 from operations.models import Operation
 
@@ -38,7 +37,6 @@ SAMPLE = 20  # items a bulk preview lists
 STAFF_CANDIDATES = 200  # people an operator's "assign to" list considers
 
 # "waiting longer than": the age filter's choices.
-AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "3d": timedelta(days=3), "7d": timedelta(days=7)}
 FILTERS = ("q", "tenant", "action", "reason", "proposer", "age", "assignee")
 QUEUES = {State.WAITING_REVIEW: ("console:review", "Waiting for review"),
           State.NEEDS_ATTENTION: ("console:attention", "Needs attention")}

@@ -22,8 +22,13 @@ from .errors import JobError
 from .masking import job_masker
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
-from .search import SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
+from .search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
 from .selectors import expired_leases
+from .states import State
+
+# The states whose jobs stand in a console queue (their proposers are the
+# proposer filter's choices).
+QUEUE_STATES = (State.WAITING_REVIEW, State.NEEDS_ATTENTION)
 
 
 class LeaseFilter(admin.SimpleListFilter):
@@ -56,6 +61,38 @@ class AssigneeFilter(admin.SimpleListFilter):
             return queryset.filter(assignee_id=request.user.pk)
         if self.value() == "none":
             return queryset.filter(assignee__isnull=True)
+        return queryset
+
+
+class ProposerFilter(admin.SimpleListFilter):
+    """Who proposed the job (`Job.proposed_by`). The choices are the
+    proposers of the queues' items in the user's tenants (index
+    job_proposer, bounded); any other proposer works as `?proposer=<name>`."""
+
+    title = "proposer"
+    parameter_name = "proposer"
+
+    def lookups(self, request, model_admin):
+        names = (model_admin.get_queryset(request).filter(state__in=QUEUE_STATES).exclude(proposed_by="")
+                 .order_by("proposed_by").values_list("proposed_by", flat=True).distinct()[:50])
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(proposed_by=self.value()) if self.value() else queryset
+
+
+class AgeFilter(admin.SimpleListFilter):
+    """Jobs whose last change is older than an age (the queues' `age`)."""
+
+    title = "unchanged for"
+    parameter_name = "age"
+
+    def lookups(self, request, model_admin):
+        return [(name, f"more than {name}") for name in AGES]
+
+    def queryset(self, request, queryset):
+        if self.value() in AGES:
+            return queryset.filter(updated_at__lte=timezone.now() - AGES[self.value()])
         return queryset
 
 
@@ -118,7 +155,7 @@ def timeline_sources() -> list[Callable]:
 @admin.register(Job)
 class JobAdmin(ScopedAdmin):
     list_display = ("key", "tenant", "action", "state", "attempts", "lease_epoch", "next_attempt_at", "updated_at")
-    list_filter = ("state", TenantFilter, ActionFilter, AssigneeFilter, LeaseFilter)
+    list_filter = ("state", TenantFilter, ActionFilter, ProposerFilter, AgeFilter, AssigneeFilter, LeaseFilter)
     search_fields = ("key",)
     search_help_text = ("Any part of the key, subject, proposer, rationale or the fields the action declares "
                         "searchable (an email's recipient and subject), any case; a READY or running job, and "

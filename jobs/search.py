@@ -20,6 +20,7 @@ scanning the table.
 """
 
 import logging
+from datetime import timedelta
 
 from django.db.models import Q, QuerySet
 
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 SEARCH_MIN_CHARS = 3  # a trigram: shorter terms cannot use the index
 SEARCH_MAX_CHARS = 200
+# "Waiting longer than": the age filter of the queues and the job list, by
+# the job's last change (`updated_at`, the queues' order).
+AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "3d": timedelta(days=3), "7d": timedelta(days=7)}
 # The column is for finding, not for storing payloads: a long body is cut.
 _TEXT_MAX = 4000
 

@@ -82,6 +82,25 @@ def test_the_job_list_searches_the_same_text_any_case_within_the_users_tenants(c
     assert [job.key for job in page.context["cl"].result_list] == ["Invoice-Bulk-1"]
 
 
+def test_the_job_list_filters_by_proposer_and_age_and_offers_only_proposers_of_the_users_tenants(client, people):
+    proposed("ada-1", by="agent:ada")
+    proposed("bob-1", by="person:bob")
+    proposed("acme-1", tenant="acme", by="agent:acme-only")
+    Job.objects.filter(key="ada-1").update(updated_at=timezone.now() - timedelta(days=4))
+    client.force_login(people["reviewer"])
+
+    def listed(**query):
+        return sorted(job.key for job in client.get("/admin/jobs/job/", query).context["cl"].result_list)
+
+    assert listed(proposer="person:bob") == ["bob-1"]
+    assert listed(proposer="agent:acme-only") == []
+    assert listed(age="3d") == ["ada-1"]
+    assert listed(age="3d", proposer="person:bob") == []
+    page = client.get("/admin/jobs/job/").content.decode()
+    assert "?proposer=agent%3Aada" in page and "?proposer=person%3Abob" in page
+    assert "acme-only" not in page
+
+
 def test_the_record_emails_are_found_by_their_recipient_and_subject(client, people, tenants):
     from datetime import date
     from decimal import Decimal
