@@ -111,24 +111,31 @@ def browser(allow_sync_orm_beside_playwright):
 
 
 @pytest.fixture
-def login(browser, live_server, people):
-    pages = []
+def sign_in(browser, live_server):
+    """A signed-in page of its own (a fresh browser context) for a user."""
+    contexts = []
 
-    def as_(role):
+    def as_(user):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
         page.set_default_timeout(20_000)
         page.goto(f"{live_server.url}/admin/login/")
-        page.get_by_label("Username").fill(people[role].username)
+        page.get_by_label("Username").fill(user.username)
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Log in").click()
         page.wait_for_url(f"{live_server.url}/admin/")
-        pages.append(context)
+        contexts.append(context)
         return page
 
     yield as_
-    for context in pages:
+    for context in contexts:
         context.close()
+
+
+@pytest.fixture
+def login(sign_in, people):
+    """A signed-in page for one of `people` by role ("reviewer", …)."""
+    return lambda role: sign_in(people[role])
 
 
 def shot(page, name):

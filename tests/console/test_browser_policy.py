@@ -17,33 +17,12 @@ from jobs.models import Job
 from jobs.store import Store
 from tests.factories import MembershipFactory
 
-from .conftest import CHROMIUM, PASSWORD, decide_in_form, shot
+from .conftest import CHROMIUM, decide_in_form, shot
 from .test_review_policy import run_escalations
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
                                                       reason="needs Debian's chromium")]
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def sign_in(browser, live_server):  # noqa: F811
-    contexts = []
-
-    def as_(user):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(f"{live_server.url}/admin/login/")
-        page.get_by_label("Username").fill(user.username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{live_server.url}/admin/")
-        contexts.append(context)
-        return page
-
-    yield as_
-    for context in contexts:
-        context.close()
 
 
 def proposal(key, *, at=None):
