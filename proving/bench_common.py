@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent, ReadyTenant
+from jobs.models import Job, JobEvent, ReadyTenant, ReviewDeadline
 
 # Bulk rows are spread over many tenants, as a production table's are.
 BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
@@ -19,17 +19,18 @@ BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
 
 
 def delete_tenants(tenants: list[str]) -> None:
-    """Delete the jobs of exactly these tenants, their history and their
-    ready-tenant rows, a thousand tenants per transaction."""
+    """Delete the jobs of exactly these tenants, their history, review
+    clocks and ready-tenant rows, a thousand tenants per transaction."""
     for start in range(0, len(tenants), 1000):
         chunk = tenants[start : start + 1000]
         with transaction.atomic(), connection.cursor() as cursor:
             tenants_sql, params = in_list(chunk)
-            cursor.execute(
-                f"DELETE FROM {JobEvent._meta.db_table} WHERE job_id IN "
-                f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
-                params,
-            )
+            for table in (JobEvent._meta.db_table, ReviewDeadline._meta.db_table):
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE job_id IN "
+                    f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
+                    params,
+                )
             cursor.execute(f"DELETE FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
             cursor.execute(f"DELETE FROM {ReadyTenant._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
 
