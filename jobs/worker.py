@@ -41,7 +41,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -159,6 +159,10 @@ class Worker:
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
         self._next_renewal = 0.0  # monotonic; the main thread renews the leases then
+        # Attempts already counted as lost, (job id, epoch): the renewal and
+        # the slot may both find the same moved fence (a renewal while the
+        # slot retries a write in doubt); one attempt is lost once.
+        self._lost_attempts: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._maintain_after = 0.0  # monotonic; housekeeping backs off until then after a failure
         # Database calls under way, by thread: (since, what) — the watchdog's view.
         self._db_calls: dict[str, tuple[float, str]] = {}
@@ -797,6 +801,13 @@ class Worker:
         close_old_connections()
 
     def _lost(self, job: Job, reason: str) -> None:
+        attempt = (job.pk, job.lease_epoch)
+        with self._lock:
+            if attempt in self._lost_attempts:
+                return
+            self._lost_attempts[attempt] = None
+            while len(self._lost_attempts) > 1000:  # bounded: only recent attempts can be found twice
+                self._lost_attempts.popitem(last=False)
         self._count("lost")
         self._event("job.fence_lost", level=logging.WARNING, job=job, reason=reason)
 

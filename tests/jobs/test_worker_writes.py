@@ -293,6 +293,22 @@ def test_an_outcome_in_doubt_whose_job_was_taken_over_meanwhile_is_lost(store, c
     assert events(caplog, "job.fence_lost")
 
 
+def test_an_attempt_found_lost_by_both_the_renewal_and_its_slot_counts_once(store, caplog):
+    # The main thread's renewal and the slot retrying a write in doubt can
+    # both find the same moved fence: one attempt is lost once; the next
+    # attempt of the same job (another epoch) is another.
+    store.enqueue("studio", "q-1", action="test.counted")
+    store.claim("studio", "q-1", "w1")
+    job = Job.objects.get(key="q-1")
+    worker = Worker(WorkerConfig(worker_id="w1", until_idle=True), store=store)
+    worker._lost(job, "found by the renewal")
+    worker._lost(job, "found by the slot")
+    assert worker.stats["lost"] == 1 and len(events(caplog, "job.fence_lost")) == 1
+    job.lease_epoch += 1
+    worker._lost(job, "the next attempt")
+    assert worker.stats["lost"] == 2
+
+
 @action("test.slow_counted")
 def slow_counted(ctx):
     time.sleep(0.4)  # the handler's own work: long enough for the batch's early write to come due
