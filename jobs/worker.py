@@ -159,10 +159,12 @@ class Worker:
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
         self._next_renewal = 0.0  # monotonic; the main thread renews the leases then
-        # Attempts already counted as lost, (job id, epoch): the renewal and
-        # the slot may both find the same moved fence (a renewal while the
-        # slot retries a write in doubt); one attempt is lost once.
-        self._lost_attempts: OrderedDict[tuple[int, int], None] = OrderedDict()
+        # Attempts whose end without an outcome was already reported, (job
+        # id, epoch): the renewal and the slot may both find the same moved
+        # fence (a renewal while the slot retries a write in doubt), and a
+        # handler abandoned at shutdown returns to a cancelled context; one
+        # attempt is reported once (lost, or abandoned).
+        self._reported_attempts: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._maintain_after = 0.0  # monotonic; housekeeping backs off until then after a failure
         # Database calls under way, by thread: (since, what) — the watchdog's view.
         self._db_calls: dict[str, tuple[float, str]] = {}
@@ -369,8 +371,12 @@ class Worker:
             left = list(self._running.values())
         for running in left:
             # Their leases are no longer renewed; recovery hands them to another worker.
+            # Reported before it is cancelled: the handler, returning to a
+            # cancelled context, then finds its end reported (not a lost lease).
+            first = self._first_report(running.ctx.job)
             running.ctx.cancelled.set()
-            self._event("job.abandoned", job=running.ctx.job, reason="grace period over")
+            if first:
+                self._event("job.abandoned", job=running.ctx.job, reason="grace period over")
 
     # ------------------------------------------------------------ a claim slot
 
@@ -800,14 +806,20 @@ class Worker:
         self._event("job.write_failed", level=logging.ERROR, job=job, error=_describe(exc))
         close_old_connections()
 
-    def _lost(self, job: Job, reason: str) -> None:
+    def _first_report(self, job: Job) -> bool:
+        """True the first time an attempt's end without an outcome is reported."""
         attempt = (job.pk, job.lease_epoch)
         with self._lock:
-            if attempt in self._lost_attempts:
-                return
-            self._lost_attempts[attempt] = None
-            while len(self._lost_attempts) > 1000:  # bounded: only recent attempts can be found twice
-                self._lost_attempts.popitem(last=False)
+            if attempt in self._reported_attempts:
+                return False
+            self._reported_attempts[attempt] = None
+            while len(self._reported_attempts) > 1000:  # bounded: only recent attempts are found twice
+                self._reported_attempts.popitem(last=False)
+        return True
+
+    def _lost(self, job: Job, reason: str) -> None:
+        if not self._first_report(job):
+            return
         self._count("lost")
         self._event("job.fence_lost", level=logging.WARNING, job=job, reason=reason)
 

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.db import OperationalError, connection
@@ -307,6 +308,20 @@ def test_an_attempt_found_lost_by_both_the_renewal_and_its_slot_counts_once(stor
     job.lease_epoch += 1
     worker._lost(job, "the next attempt")
     assert worker.stats["lost"] == 2
+
+
+def test_a_handler_abandoned_at_shutdown_is_reported_abandoned_not_lost(store, caplog):
+    store.enqueue("studio", "q-1", action="test.counted")
+    store.claim("studio", "q-1", "w1")
+    job = Job.objects.get(key="q-1")
+    worker = Worker(WorkerConfig(worker_id="w1", until_idle=True, grace=0), store=store)
+    ctx = SimpleNamespace(job=job, cancelled=threading.Event())
+    worker._running[job.pk] = SimpleNamespace(ctx=ctx)
+    worker._drain([])
+    assert ctx.cancelled.is_set() and len(events(caplog, "job.abandoned")) == 1
+    # Its handler returns to the cancelled context afterwards: no lost lease.
+    worker._lost(job, "the lease was lost while the handler ran; its result is discarded")
+    assert worker.stats["lost"] == 0 and not events(caplog, "job.fence_lost")
 
 
 @action("test.slow_counted")
