@@ -232,18 +232,23 @@ def test_every_control_on_an_operator_item_leads_somewhere_that_works(login, liv
 # ---------------------------------------------------------------- 10 (b). line breaks
 
 
+def correct_in_browser(login, live_server, job, label, value, note):
+    """A reviewer changes one field of the job's correction form and approves it."""
+    page = login("reviewer")
+    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
+    form = page.get_by_role("form", name="Correct and approve")
+    form.get_by_label(label).fill(value)
+    form.get_by_label("Note (required)").fill(note)
+    form.get_by_role("button", name="Correct and approve").click()
+    page.get_by_text("is now READY").wait_for()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_correcting_only_the_address_records_no_body_change_and_keeps_the_bodys_line_breaks(login, live_server):
     body = "Dear Ana,\n\nplease find quote 17 attached.\n\nKind regards"
     job = make_job("quote-email-17", "WAITING_REVIEW", action="connectors.send_email",
                    payload={"to": "ana-at-example.com", "subject": "Your quote 17", "body": body})
-    page = login("reviewer")
-    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
-    form = page.get_by_role("form", name="Correct and approve")
-    form.get_by_label("Recipient address").fill("ana@example.com")
-    form.get_by_label("Note (required)").fill("typo in the address")
-    form.get_by_role("button", name="Correct and approve").click()
-    page.get_by_text("is now READY").wait_for()
+    correct_in_browser(login, live_server, job, "Recipient address", "ana@example.com", "typo in the address")
     job.refresh_from_db()
     assert job.events.last().detail["correction"] == {"to": {"before": "ana-at-example.com",
                                                              "after": "ana@example.com"}}
@@ -254,13 +259,8 @@ def test_correcting_only_the_address_records_no_body_change_and_keeps_the_bodys_
 def test_a_corrected_body_is_stored_and_sent_with_lf_line_breaks(login, live_server):
     job = make_job("quote-email-18", "WAITING_REVIEW", action="connectors.send_email",
                    payload={"to": "ana@example.com", "subject": "Your quote 18", "body": "Dear Ana,\n\nhere."})
-    page = login("reviewer")
-    page.goto(f"{live_server.url}/admin/console/jobs/{job.pk}/")
-    form = page.get_by_role("form", name="Correct and approve")
-    form.get_by_label("Message").fill("Dear Ana,\n\nhere is quote 18.\n\nBest")
-    form.get_by_label("Note (required)").fill("the quote number was missing")
-    form.get_by_role("button", name="Correct and approve").click()
-    page.get_by_text("is now READY").wait_for()
+    correct_in_browser(login, live_server, job, "Message", "Dear Ana,\n\nhere is quote 18.\n\nBest",
+                       "the quote number was missing")
     job.refresh_from_db()
     assert job.payload["body"] == "Dear Ana,\n\nhere is quote 18.\n\nBest"
     assert set(job.events.last().detail["correction"]) == {"body"}
