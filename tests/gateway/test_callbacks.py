@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from company.services import tenant_ensure
-from gateway.callbacks import DELIVER
+from gateway.callbacks import DELIVER, callback_sweep
 from gateway.models import Agent, CallbackEvent
 from gateway.schemas import ProposalIn
 from gateway.services import agent_create, proposal_propose
@@ -77,6 +77,12 @@ def test_a_decision_and_the_outcome_reach_the_agent_signed_each_once(development
     agent = make_agent(hook.url)
     propose(agent)
     Store().approve("studio", "send-1", reason="looks right", actor="rita")
+    # Two sweeps while the approved job still waits for a worker: the second
+    # reads nothing new, so the decision is one event (not left to whether a
+    # worker finishes the job before its first sweep).
+    callback_sweep()
+    callback_sweep()
+    assert list(CallbackEvent.objects.values_list("type", flat=True)) == ["proposal.decided"]
     settle()
 
     got = hook.received()
