@@ -67,6 +67,9 @@ def test_a_bulk_approve_of_50_items_with_one_moved_meanwhile_decides_49_and_skip
     counts = page.locator("#batch-counts").inner_text()
     assert "49 decided, 1 skipped because they moved since the preview, 0 refused" in counts
     shot(page, "bulk-result")
+    # Each job's tenant/key stays on one line (an inline link that wraps has several boxes).
+    link = page.locator("#result_list tbody th a").first
+    assert link.evaluate("a => a.getClientRects().length") == 1
     states = dict(Job.objects.filter(key__startswith="bulk-").values_list("key", "state"))
     assert list(states.values()).count("READY") == 49 and states[moved.key] == "CANCELLED"
     assert Job.objects.get(key="other-1").state == "WAITING_REVIEW"
