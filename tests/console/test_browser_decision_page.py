@@ -7,7 +7,7 @@ Set CONSOLE_SCREENSHOTS=<dir> to keep the screenshots taken here."""
 
 import json
 import re
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -360,7 +360,10 @@ def test_receipts_with_long_references_fit_a_1280_pixel_window(login, live_serve
     for n in range(3):
         op = OperationFactory(job=job, step=f"send-r{n + 1}", state="ACCEPTED",
                               request={"to": "ada@example.com", "subject": "Reminder " * 20, "body": "Hello " * 200})
+        # The widest date the admin writes ("Sept. 30, 2026, 12:59 p.m."): the
+        # list must fit whatever the clock says when the test runs.
         ReceiptFactory(operation=op, provider_reference=f"{long_reference}-{n}", recorded_by="otto",
+                       accepted_at=timezone.make_aware(datetime(2026, 9, 30, 12, 59)),
                        reason="found in the provider's dashboard " * 10,
                        evidence={"dashboard": "https://provider.example/messages/" + "x" * 200})
     page = login("operator")
