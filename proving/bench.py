@@ -90,6 +90,9 @@ TARGET_RSS_MIB = 80.0
 # run_worker --batch with 4 processes: at least 10,000 jobs/s. A claim with
 # 10,000 tenants holding READY work: at most 2× the claim with one.
 TARGET_BATCH_RATE = 10_000.0
+# Capped claims (JOBS_TENANT_LEASE_CAP) within 2× of uncapped throughput.
+TARGET_CAPPED_SHARE = 0.5
+CAPPED_TENANTS = 10
 TARGET_TENANT_CLAIM_RATIO = 2.0
 
 ROOT = Path(settings.BASE_DIR)
@@ -117,6 +120,7 @@ class BenchConfig:
     repeat: int = 1  # end-to-end rows: pairs of (ours, reference) per row
     queue_rows: int | None = None  # the console queues' section (None: `rows`; 0: skipped)
     queues_only: bool = False  # only that section
+    lease_cap: int = 2  # the capped-vs-uncapped rows (JOBS_TENANT_LEASE_CAP; 0: skipped)
 
 
 @dataclass
@@ -132,6 +136,7 @@ class Throughput:
     claimed_by: list[int] = field(default_factory=list)  # jobs per worker process (the last run)
     tenants: int = 1
     batch: int = 1
+    lease_cap: int = 0  # JOBS_TENANT_LEASE_CAP of its workers (0: uncapped)
 
     @property
     def seconds(self) -> float:
@@ -476,12 +481,12 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
             references[(jobs, processes, batch)] = _throughput_reference(jobs, processes, batch=batch)
         return references[(jobs, processes, batch)]
 
-    def row(label: str, jobs: int, processes: int, *, tenants: int = 1, batch: int = 1) -> None:
-        measured = Throughput(processes, jobs, runs=[], tenants=tenants, batch=batch)
+    def row(label: str, jobs: int, processes: int, *, tenants: int = 1, batch: int = 1, cap: int = 0) -> None:
+        measured = Throughput(processes, jobs, runs=[], tenants=tenants, batch=batch, lease_cap=cap)
         for i in range(config.repeat):
             progress(f"end to end: {label}" + (f" (pair {i + 1} of {config.repeat})" if config.repeat > 1 else ""))
             seconds, wal, measured.claimed_by = _throughput_ours(jobs, processes, results, tenants=tenants,
-                                                                 batch=batch)
+                                                                 batch=batch, cap=cap)
             measured.runs.append((seconds, wal))
             if postgres:
                 measured.ref_runs.append(reference(jobs, processes, batch))
@@ -500,16 +505,25 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
     for batch in config.batches:
         row(f"{config.batch_jobs} jobs through {wide} run_worker --batch {batch} process(es)", config.batch_jobs,
             wide, batch=batch)
+    # The lease cap's price: the same work over CAPPED_TENANTS tenants, uncapped
+    # then capped (a cap the workers never reach: what it costs is the capped
+    # claim itself).
+    if config.lease_cap:
+        for cap in (0, config.lease_cap):
+            row(f"{config.jobs} jobs of {CAPPED_TENANTS} tenants through {wide} run_worker process(es)"
+                + (f", lease cap {cap}" if cap else ", uncapped"), config.jobs, wide, tenants=CAPPED_TENANTS,
+                cap=cap)
 
 
 def _throughput_ours(jobs: int, processes: int, results: Results, *, tenants: int = 1,
-                     batch: int = 1) -> tuple[float, int | None, list[int]]:
+                     batch: int = 1, cap: int = 0) -> tuple[float, int | None, list[int]]:
     """(seconds, WAL bytes written meanwhile, jobs each worker claimed)."""
     names = [TENANT_E2E] if tenants == 1 else MANY_TENANTS[:tenants]
     delete_tenants(names)
     _vacuum()
     args = ("--batch", str(batch)) if batch > 1 else ()
-    with WorkerFleet(processes, label="e2e", poll_interval=0.5, args=args) as fleet:
+    env = {"JOBS_TENANT_LEASE_CAP": str(cap)} if cap else {}
+    with WorkerFleet(processes, label="e2e", poll_interval=0.5, args=args, env=env) as fleet:
         specs = [JobSpec(names[i % len(names)], f"e2e-{i:07d}", action=BENCH_ACTION) for i in range(jobs)]
         # One commit makes every job visible at once and sends one NOTIFY;
         # the clock starts when it returns.
@@ -877,6 +891,8 @@ def render(results: Results) -> str:
                 label += f", {t.tenants:,} tenants"
             if t.batch > 1:
                 label += f", --batch {t.batch}"
+            if t.lease_cap:
+                label += f", lease cap {t.lease_cap}"
             if t.jobs != jobs:
                 label += f" ({t.jobs:,} jobs)"
             if t.batch > 1:
@@ -897,6 +913,7 @@ def render(results: Results) -> str:
             ])
         out += table(["", "ours jobs/s", "s", "reference jobs/s", "s", "ours/ref",
                       f"≥ {TARGET_REFERENCE_SHARE:.0%}", "WAL B/job ours/ref", "jobs per worker"], rows)
+        out += _render_cap(results.throughput)
         out.append("")
 
     if results.latency:
@@ -971,6 +988,18 @@ def render(results: Results) -> str:
                    "has two) and serves the least-loaded tenant first. WAL B/job: PostgreSQL's WAL bytes written "
                    "during the run per job, by everyone (median of the runs).")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _render_cap(throughput: list[Throughput]) -> list[str]:
+    """Capped against uncapped throughput over the same tenants, when both ran."""
+    uncapped = [t for t in throughput if t.tenants == CAPPED_TENANTS and not t.lease_cap and t.batch == 1]
+    capped = [t for t in throughput if t.tenants == CAPPED_TENANTS and t.lease_cap]
+    if not (uncapped and capped):
+        return []
+    share = capped[-1].rate / uncapped[-1].rate
+    return [f"Lease cap {capped[-1].lease_cap} over {CAPPED_TENANTS} tenants: {capped[-1].rate:,.0f} jobs/s against "
+            f"{uncapped[-1].rate:,.0f} uncapped, {share:.0%} of it ({verdict(share >= TARGET_CAPPED_SHARE)}: "
+            f"within 2×, ≥ {TARGET_CAPPED_SHARE:.0%})"]
 
 
 def _wal_text(per_job: float | None) -> str:

@@ -31,6 +31,9 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
     assert "1 process" in out
     assert "bulk approve of 500 items through the single-decision path: 500 decided" in out, out
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
+    # The lease cap's rows: the same work over 10 tenants, uncapped then capped.
+    assert "1 process, 10 tenants" in out and "1 process, 10 tenants, lease cap 2" in out
+    assert re.search(r"Lease cap 2 over 10 tenants: [\d,]+ jobs/s against [\d,]+ uncapped", out), out
     if connection.vendor == "postgresql":
         assert "NOTIFY (workers poll every 1 s)" in out
         # WAL bytes per job, ours / the raw loop's: both measured.
@@ -61,6 +64,16 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
     assert "3 pairs of runs per row" in out
     line = next(line for line in out.splitlines() if line.startswith("  4 processes"))
     assert "50% (50%–100%)" in line and "2,000 / 600" in line and "MISS" in line
+
+
+def test_the_capped_row_is_compared_with_the_uncapped_one_over_the_same_tenants():
+    uncapped = Throughput(4, 1000, runs=[(1.0, None)], tenants=10)
+    capped = Throughput(4, 1000, runs=[(2.5, None)], tenants=10, lease_cap=2)
+    out = render(Results(throughput=[uncapped, capped]))
+    assert "4 processes, 10 tenants, lease cap 2" in out
+    assert "Lease cap 2 over 10 tenants: 400 jobs/s against 1,000 uncapped, 40% of it (MISS" in out
+    assert "(ok" in render(Results(throughput=[uncapped, Throughput(4, 1000, runs=[(1.5, None)], tenants=10,
+                                                                      lease_cap=2)]))
 
 
 @pytest.mark.django_db

@@ -20,7 +20,8 @@ class Command(BaseCommand):
         "processes (no --tenant: the fair claim users run) next to a minimal raw-psycopg SKIP LOCKED loop "
         "in the same run (PostgreSQL only; n/a on SQLite), with the WAL bytes each writes per job (--repeat "
         "N: N such pairs side by side per row, medians), then with the jobs spread over --tenants "
-        "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once; "
+        "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once, "
+        "then over 10 tenants uncapped and with JOBS_TENANT_LEASE_CAP=--lease-cap; "
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
         "vs --claim-tenants tenants holding READY work; claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
@@ -76,6 +77,10 @@ class Command(BaseCommand):
                                  "(default 1). The rows then give the median rates and the median and range of "
                                  "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
                                  "steadier than one run's.")
+        parser.add_argument("--lease-cap", type=whole_flag(0, 1000), default=2,
+                            help="JOBS_TENANT_LEASE_CAP for the capped row: the same no-op jobs over 10 tenants, "
+                                 "uncapped then capped, each beside the raw loop, and the capped/uncapped share "
+                                 "(target ≥ 50 %%: within 2×; default 2; 0 skips both rows).")
         parser.add_argument("--queue-rows", type=whole_flag(0, 100_000_000), default=None,
                             help="Jobs loaded for the console queues' section (search, filters, a bulk approve "
                                  "of 500; default: --rows; 0 skips it).")
@@ -120,6 +125,7 @@ class Command(BaseCommand):
             repeat=opts["repeat"],
             queue_rows=opts["queue_rows"],
             queues_only=opts["queues_only"],
+            lease_cap=opts["lease_cap"],
         )
         if not processes:
             raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
