@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from durable.numbers import NumberRefused, whole_number
 from jobs import access, assignment, bulk
 from jobs.actions import registered_actions
+from jobs.masking import job_masker
 from jobs.models import DecisionBatch, Job
 from jobs.review import NOTE_MAX_CHARS
 from jobs.search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
@@ -92,12 +93,8 @@ def queue_jobs(user, state: str, params, *, scope=None):
             problems.append(f"age: choose one of {', '.join(AGES)}")
             values["age"] = ""
     if values["assignee"]:
-        if values["assignee"] == "me":
-            jobs = jobs.filter(assignee_id=user.pk)
-        elif values["assignee"] == "none":
-            jobs = jobs.filter(assignee__isnull=True)
-        elif (assignee_id := _number_or_none(values["assignee"], minimum=1)) is not None:
-            jobs = jobs.filter(assignee_id=assignee_id)
+        if (assigned := assignment.jobs_assigned(jobs, values["assignee"], user=user)) is not None:
+            jobs = assigned
         else:
             problems.append("assignee: me, none or a user id")
             values["assignee"] = ""
@@ -115,8 +112,16 @@ def _queue(request, state: str, template: str):
     for op in Operation.objects.filter(job__in=[job.pk for job in page]).order_by("created_at"):
         operations.setdefault(op.job_id, []).append(op)
     deadlines = queue_deadlines(page) if state == State.WAITING_REVIEW else {}
-    rows = [{"job": job, "operations": operations.get(job.pk, []), "deadline": deadlines.get(job.pk)}
-            for job in page]
+    rows = []
+    for job in page:
+        ops = operations.get(job.pk, [])
+        # A viewer reads the reasons and errors with the action's sensitive
+        # values masked, as on the decision page (jobs.masking).
+        masker = job_masker(job, sees_sensitive=access.sees_sensitive(job.tenant, scope=scope),
+                            also=[op.request for op in ops])
+        rows.append({"job": job, "deadline": deadlines.get(job.pk), "reason": masker.text(job.wait_reason),
+                     "error": masker.text(job.last_error),
+                     "operations": [{"op": op, "error": masker.text(op.last_error)} for op in ops]})
     url_name, title = QUEUES[state]
     here = reverse(url_name) + (f"?{urlencode(filters)}" if filters else "")
     return TemplateResponse(request, template, console_context(

@@ -17,6 +17,7 @@ from django.utils.html import format_html_join
 
 from . import access
 from .admin_scope import ActionFilter, ScopedAdmin, TenantFilter
+from .assignment import jobs_assigned
 from . import schedule_admin  # noqa: F401 - django-q2's Schedule, superuser-only and allow-listed
 from .errors import JobError
 from .masking import job_masker
@@ -48,7 +49,8 @@ class LeaseFilter(admin.SimpleListFilter):
 
 
 class AssigneeFilter(admin.SimpleListFilter):
-    """Items assigned to the signed-in user, or to nobody (index job_assignee)."""
+    """Items assigned to the signed-in user, to nobody, or (`?assignee=<user
+    id>`, as the queues take it) to one person (index job_assignee)."""
 
     title = "assigned"
     parameter_name = "assignee"
@@ -57,11 +59,11 @@ class AssigneeFilter(admin.SimpleListFilter):
         return [("me", "To me"), ("none", "To nobody")]
 
     def queryset(self, request, queryset):
-        if self.value() == "me":
-            return queryset.filter(assignee_id=request.user.pk)
-        if self.value() == "none":
-            return queryset.filter(assignee__isnull=True)
-        return queryset
+        if not self.value():
+            return queryset
+        # A value that is not one of the filter's (a crafted URL) filters nothing.
+        assigned = jobs_assigned(queryset, self.value(), user=request.user)
+        return queryset if assigned is None else assigned
 
 
 class ProposerFilter(admin.SimpleListFilter):

@@ -9,6 +9,9 @@ an admin `LogEntry`, written in the same transaction.
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import QuerySet
+
+from durable.numbers import NumberRefused, whole_number
 
 from . import access
 from .access import OPERATOR, DecisionRefused
@@ -16,13 +19,28 @@ from .models import Job
 from .review import decision_logged
 from .store import Store
 
-__all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users", "may_decide_in_queue"]
+__all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users", "may_decide_in_queue",
+           "jobs_assigned"]
 
 # The decisions a queue's item waits for: who may take one of them is who
 # the item may be given to (an operator's say on an operation is not one).
 QUEUE_DECISIONS = {access.REVIEW_QUEUE: ("approve", "reject", "correct"),
                    access.ATTENTION_QUEUE: ("retry", "resolve", "cancel")}
 QUEUE_STATES = frozenset(QUEUE_DECISIONS)
+
+
+def jobs_assigned(jobs: QuerySet, value: str, *, user) -> QuerySet | None:
+    """`jobs` narrowed by the assignee filter of the queues and the job list:
+    "me" (the signed-in `user`), "none", or a user id (index job_assignee).
+    None when `value` is none of those (the caller says so, or ignores it)."""
+    if value == "me":
+        return jobs.filter(assignee_id=user.pk)
+    if value == "none":
+        return jobs.filter(assignee__isnull=True)
+    try:
+        return jobs.filter(assignee_id=whole_number(value, minimum=1))
+    except NumberRefused:
+        return None
 
 
 def may_decide_in_queue(user, job, *, scope=None) -> bool:
