@@ -88,7 +88,10 @@ def throughput(jobs: int, processes: int) -> float:
 
 def start_prune(extra: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "prune", "--days", str(AGE_DAYS - 1), "--json", *extra],
+        # --redact-after-days as --days: no redaction, so other tenants' jobs
+        # finished 7-399 days ago keep their payloads (JOBS_REDACT_AFTER_DAYS).
+        [sys.executable, str(ROOT / "manage.py"), "prune", "--days", str(AGE_DAYS - 1),
+         "--redact-after-days", str(AGE_DAYS - 1), "--json", *extra],
         cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url()},
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

@@ -88,3 +88,14 @@ def test_transaction_mode_without_a_listen_url_warns_that_wake_ups_poll(store, m
     assert "worker.polling_only" in out and "DATABASE_LISTEN_URL" in out, out
     assert "worker.listening" not in out, out
     assert Job.objects.get(key="polled").state == "DONE"
+
+
+def test_the_outbox_relay_in_the_default_configuration_behind_a_transaction_pooler_refuses_to_start(
+        manage, pgbouncer, test_database_url):
+    bouncer = pgbouncer(pool_size=1)
+    result = manage.run("relay_outbox", "--once", check=False, timeout=60, env={"DATABASE_URL": bouncer.url})
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "DATABASE_POOL_MODE=transaction" in out, out
+    assert "handled" not in result.stdout, out
+    # Configured for the pooler, it runs.
+    assert manage.run("relay_outbox", "--once", timeout=60, env=pooled(bouncer, test_database_url)).returncode == 0

@@ -25,10 +25,13 @@ class Command(BaseCommand):
                                  f"{settings.JOBS_RETENTION_DAYS}).")
         parser.add_argument("--redact-after-days", type=DAYS, default=None,
                             help=f"Redact bodies of finished jobs older than this (default JOBS_REDACT_AFTER_DAYS, "
-                                 f"{settings.JOBS_REDACT_AFTER_DAYS}; not below --days).")
+                                 f"{settings.JOBS_REDACT_AFTER_DAYS}); only when below --days: at or above it "
+                                 f"nothing is redacted (those jobs are deleted instead).")
         parser.add_argument("--batch-size", type=whole_flag(1, 100_000), default=None,
-                            help=f"Jobs per batch, 1-100000 (default JOBS_RETENTION_BATCH, "
-                                 f"{settings.JOBS_RETENTION_BATCH}).")
+                            help=f"Jobs in the first batch, 1-100000 (default JOBS_RETENTION_BATCH, "
+                                 f"{settings.JOBS_RETENTION_BATCH}); later batches are sized (50-20000) to take "
+                                 f"about JOBS_RETENTION_BATCH_SECONDS ({settings.JOBS_RETENTION_BATCH_SECONDS:g} s) "
+                                 f"each.")
         parser.add_argument("--max-batches", type=whole_flag(1, 1_000_000), default=None,
                             help="At most this many batches per phase in this run (default: no limit).")
         parser.add_argument("--budget", type=number_flag(minimum=0, maximum=7 * 86400), default=None,

@@ -1,11 +1,11 @@
 import signal
 import threading
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection
 
 from durable.numbers import number_flag, whole_flag
-from jobs import notify
+from jobs import notify, pooling
 from jobs.outbox import outbox_relay
 
 
@@ -26,6 +26,11 @@ class Command(BaseCommand):
         parser.add_argument("--relay-id", default="relay", help="Name used in log lines.")
 
     def handle(self, *args, **opts):
+        if connection.vendor == "postgresql" and notify.pool_mode() == "direct":
+            # As run_worker: the default configuration behind a
+            # transaction-mode pooler is refused, naming the setting.
+            if reason := pooling.transaction_pooler_seen():
+                raise CommandError(reason)
         if opts["once"]:
             handled = outbox_relay(limit=opts["limit"], worker_id=opts["relay_id"])
             self.stdout.write(f"handled {handled} outbox event(s)")
