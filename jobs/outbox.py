@@ -53,6 +53,7 @@ from .retry import RetryPolicy
 from .store import Store
 from .validation import describe_exception
 from .periodic import periodic_task
+from .selectors import Literal
 
 __all__ = [
     "OutboxError",
@@ -261,7 +262,7 @@ def _claim(*, limit: int, now, policy: RetryPolicy, claim_ttl: float, worker_id:
     with transaction.atomic(durable=True):
         at = Clock.of(now).value()
         earlier_pending = OutboxEvent.objects.filter(
-            state=Status.PENDING,
+            state=Literal(Status.PENDING),
             tenant=OuterRef("tenant"),
             aggregate_type=OuterRef("aggregate_type"),
             aggregate_id=OuterRef("aggregate_id"),
@@ -271,7 +272,7 @@ def _claim(*, limit: int, now, policy: RetryPolicy, claim_ttl: float, worker_id:
         # `outbox_pending_aggregate`. An earlier event claimed by another relay
         # is still PENDING in our snapshot, so its successor is never taken.
         heads = (
-            OutboxEvent.objects.filter(state=Status.PENDING)
+            OutboxEvent.objects.filter(state=Literal(Status.PENDING))
             .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at))
             .filter(~Exists(earlier_pending))
             .order_by("created_at", "sequence")

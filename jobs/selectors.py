@@ -6,9 +6,10 @@ A rule the claim must state in SQL (`ELIGIBLE_SQL`) stands here beside its
 ORM form, so the two are read — and changed — together.
 """
 
+import re
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import CharField, Expression, Q, QuerySet
 
 from .models import Job, JobEvent, Timer
 from .states import TERMINAL, State
@@ -16,7 +17,31 @@ from .states import TERMINAL, State
 __all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "live_jobs", "expired_leases", "lease_expired",
            "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
            "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
-           "timers_pending_for_subject"]
+           "timers_pending_for_subject", "timers_due", "Literal"]
+
+
+class Literal(Expression):
+    """A state name written into the SQL (`state = 'PENDING'`), never bound.
+
+    A partial index serves a query only when the planner can see that the
+    query implies the index's condition, and a bound parameter implies
+    nothing: on SQLite never, and on PostgreSQL not in the generic plan of a
+    prepared statement (psycopg prepares a query run five times). PostgreSQL
+    takes that plan when it looks no dearer — as it does from statistics
+    taken while a table was small or empty — and keeps it as the table
+    grows: a sweep's timers, leases or events walked in full. States are
+    names of this code, never input; anything else is refused."""
+
+    output_field = CharField()
+
+    def __init__(self, value):
+        super().__init__()
+        if not re.fullmatch(r"[A-Z][A-Z_]{0,39}", str(value)):
+            raise ValueError(f"not a state name: {value!r}")
+        self.value = str(value)
+
+    def as_sql(self, compiler, connection):
+        return f"'{self.value}'", []
 
 # A finished job is in a terminal state (`states.TERMINAL`); every other state
 # is live: work or a person still owes it something.
@@ -49,7 +74,7 @@ def live_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
 def expired_leases(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
     """LEASED jobs whose lease ran out by `at`: their worker stopped renewing
     and recovery has not taken them back yet (partial index `job_leased_expiry`)."""
-    return _jobs(jobs).filter(state=State.LEASED, lease_until__lte=at)
+    return _jobs(jobs).filter(state=Literal(State.LEASED), lease_until__lte=at)
 
 
 def lease_expired(job: Job, *, at: datetime) -> bool:
@@ -67,7 +92,7 @@ ELIGIBLE_SQL = "state = 'READY' AND COALESCE(next_attempt_at, '-infinity') <= {n
 
 def eligible_ready(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
     """READY jobs a claim may take at `at` (`ELIGIBLE_SQL`; the claim indexes)."""
-    return _jobs(jobs).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at), state=State.READY)
+    return _jobs(jobs).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=at), state=Literal(State.READY))
 
 
 def is_eligible(job: Job, *, at: datetime) -> bool:
@@ -157,7 +182,14 @@ def jobs_needing_attention(*, tenant: str, jobs: QuerySet | None = None) -> Quer
     return _jobs(jobs).filter(tenant=tenant, state=State.NEEDS_ATTENTION).order_by("updated_at")
 
 
+def timers_due(*, at: datetime) -> QuerySet:
+    """PENDING timers scheduled by `at`, earliest first (partial index
+    `timer_pending_due`)."""
+    return Timer.objects.filter(state=Literal(Timer.Status.PENDING), scheduled_for__lte=at).order_by("scheduled_for",
+                                                                                                     "id")
+
+
 def timers_pending_for_subject(*, tenant: str, subject_type: str, subject_id: str | int) -> QuerySet:
     """PENDING timers about one subject (partial index `timer_pending_subject`)."""
     return Timer.objects.filter(tenant=tenant, subject_type=subject_type, subject_id=str(subject_id),
-                                state=Timer.Status.PENDING)
+                                state=Literal(Timer.Status.PENDING))

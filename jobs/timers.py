@@ -56,6 +56,7 @@ from .states import TERMINAL, WAITING, State
 from .store import Store
 from .validation import describe_exception
 from .periodic import periodic_task
+from .selectors import timers_due
 
 __all__ = [
     "SubjectState",
@@ -233,11 +234,7 @@ def timer_fire_due(*, limit: int = 100, worker_id: str = "timers", now: float | 
         at = Clock.of(now).value()
         awake = Q(job__state__in=[State.READY, State.LEASED, State.NEEDS_ATTENTION])
         same_wait = Q(job_epoch__isnull=True) | Q(job_epoch=F("job__lease_epoch"))
-        due = (
-            Timer.objects.filter(state=Status.PENDING, scheduled_for__lte=at)
-            .filter(Q(job__isnull=True) | ~(awake & same_wait))
-            .order_by("scheduled_for", "id")
-        )
+        due = timers_due(at=at).filter(Q(job__isnull=True) | ~(awake & same_wait))
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
         for timer in due[:limit]:
