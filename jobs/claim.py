@@ -2,8 +2,10 @@
 
 Both back ends run the same semantics: pick eligible READY jobs (one, or up to
 `limit` for a batch), move each to LEASED with its own `lease_epoch + 1`, the
-worker's id and `lease_until = now + ttl`, count the attempt, and append the
-claim to the job's history — in one transaction.
+worker's id, `lease_until = now + ttl` and `claimed_at = now`, and count the
+attempt — in one transaction. A claim writes no history row: the attempt's
+one row is written when it ends, with the claim's time, worker and epoch
+taken from the job row (`jobs.models.JobEvent`).
 
 Which jobs: tenants are served **least-loaded first** (fewest LEASED jobs;
 ties broken by lottery so no tenant is systematically first), and within a
@@ -30,8 +32,7 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   parameterised lateral primary-key lookup has, whatever the statistics say
   (a table loaded a second ago and one of ten million rows get the same plan).
   A row another claimer took meanwhile fails the state re-check or is skipped.
-- the chosen rows are leased and their claim events inserted in the same
-  statement. The statement also reports sampled tenants that turned out to
+- the chosen rows are leased in the same statement. The statement also reports sampled tenants that turned out to
   have no READY job left; `_prune` removes them from the sample table (one
   statement after the claim's: the function of migration 0009).
 If nothing could be locked (every candidate was taken by concurrent claimers,
@@ -113,11 +114,14 @@ _SET_LEASED = """
     attempts = j.attempts + 1,
     first_attempt_at = COALESCE(j.first_attempt_at, {now}),
     wait_reason = '',
+    claimed_at = {now},
     updated_at = {now}
 """
 
 
-# Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
+# Shared tail of the PostgreSQL statements: lease the candidates. A claim
+# writes no history row: its time, worker and epoch stay on the job row
+# until the row that ends the attempt records them (jobs.models.JobEvent).
 _LEASE_AND_LOG_PG = """
     claimed AS (
         -- The ids as a key condition, never a join: a join with the
@@ -129,11 +133,6 @@ _LEASE_AND_LOG_PG = """
         UPDATE jobs_job AS j SET {set_leased}
         WHERE j.id {leased_ids}
         RETURNING {returning}
-    ), logged AS (
-        INSERT INTO jobs_jobevent
-            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
-        SELECT id, 'claim', 'READY', 'LEASED', lease_epoch, worker_id, worker_id, '', '{{}}', updated_at
-        FROM claimed
     )
 """
 
@@ -165,11 +164,13 @@ _FINISH_PG = """
         -- planned as a hash join over a full scan of the table (a generic
         -- plan made while statistics said it was empty).
         WHERE f.id {finish_key} AND f.id = i.id
-        RETURNING f.id, f.lease_epoch, f.updated_at
+        RETURNING f.id, f.lease_epoch, f.updated_at, f.claimed_at
     ), finish_logged AS (
+        -- The attempt's one history row, with the claim it began with.
         INSERT INTO jobs_jobevent
-            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
-        SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at
+            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at, claimed_at)
+        SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at,
+               claimed_at
         FROM finished
     ),"""
 # A tenant's LEASED jobs, counted through `job_state_tenant` (state, tenant):
