@@ -330,7 +330,7 @@ _last_seen = threading.local()
 _HAS_ELIGIBLE = "EXISTS (SELECT 1 FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter})"
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
-        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) AS leased
+        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) {finishing_load} AS leased
         FROM tenants AS t
     )
     SELECT tenant FROM load AS t WHERE leased < %(cap)s AND {has_eligible} ORDER BY leased, lottery
@@ -347,7 +347,7 @@ _CAP_TENANTS_ALL_PG = """
         UNION ALL
         (SELECT tenant FROM jobs_readytenant WHERE slot < %(slot)s ORDER BY slot)
     ) AS t
-    WHERE ({leased}) < %(cap)s AND {has_eligible}
+    WHERE ({leased}) {finishing_load} < %(cap)s AND {has_eligible}
     LIMIT {sample}
 """
 
@@ -403,27 +403,29 @@ def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, 
     if connection.vendor != "postgresql":
         return _claim_sqlite(worker, clock, ttl, tenants, actions, limit)
     if lease_cap():
-        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)
+        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)[0]
     return _claim_pg(worker, clock, ttl, tenants, actions, limit)[0]
 
 
 def pipelined() -> bool:
-    """Whether `finish_and_claim` writes finishes and claims in one statement
-    (PostgreSQL without a lease cap: the capped claim needs its own
-    transaction, SQLite its immediate one)."""
-    return connection.vendor == "postgresql" and not lease_cap()
+    """Whether `finish_and_claim` writes finishes with the claim of the next
+    work (PostgreSQL; SQLite claims in its own immediate transaction)."""
+    return connection.vendor == "postgresql"
 
 
 def finish_and_claim(*, worker: str, clock: Clock, ttl: float, finish: Finishes, tenants=None, actions=None,
                      limit: int = 1) -> tuple[list[Job], set[int]]:
     """Mark `finish` DONE and lease the next jobs in ONE statement — one
-    round trip and one commit for both (only where `pipelined()`). Returns
-    the claimed jobs and the ids of the finishes that were written (a job
-    missing there had lost its fence; nothing was written for it). Both
-    commit together or not at all."""
+    round trip and one commit for both (only where `pipelined()`; under a
+    lease cap, the capped claim's second statement, in its transaction).
+    Returns the claimed jobs and the ids of the finishes that were written
+    (a job missing there had lost its fence; nothing was written for it).
+    Both commit together or not at all."""
     tenants = _checked(limit, tenants)
     if not pipelined():
-        raise RuntimeError("finish_and_claim needs PostgreSQL without a lease cap (see pipelined())")
+        raise RuntimeError("finish_and_claim needs PostgreSQL (see pipelined())")
+    if lease_cap():
+        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, finish=finish)
     return _claim_pg(worker, clock, ttl, tenants, actions, limit, finish=finish)
 
 
@@ -495,16 +497,23 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
     return jobs, finished
 
 
-def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
+def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, *,
+                     finish: Finishes | None = None) -> tuple[list[Job], set[int]]:
     """The cap holds under concurrency: a tenant's leases are granted only
-    under its advisory lock, by a statement that starts after the lock."""
+    under its advisory lock, by a statement that starts after the lock. The
+    previous work's `finish` is written by that statement (its jobs, still
+    LEASED in its snapshot, come off their tenants' counts as in the plain
+    claim), or alone in the same transaction when nothing can be claimed."""
     cap = lease_cap()
     with transaction.atomic():
-        sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
+        # (The jobs being finished, LEASED in these snapshots, are not counted.)
+        sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
+                                 finish=finish)
         tried = _try_locks(sql, params)
         if not tried and not tenants:
             # (A worker's listed tenants were all looked at already.)
-            sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
+            sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
+                                     finish=finish)
             tried = _try_locks(sql, params)
         locked = [tenant for tenant, got in tried if got]
         if not locked and tried:
@@ -514,8 +523,8 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
                 cursor.execute(_CAP_WAIT, [tried[0][0]])
             locked = [tried[0][0]]
         if not locked:
-            return []
-        return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap)[0]
+            return [], finish_pg(worker=worker, clock=clock, finish=finish) if finish else set()
+        return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap, finish=finish)
 
 
 # The candidate tenants, each with whether this transaction got its advisory

@@ -461,9 +461,10 @@ class Store:
         ttl: float = DEFAULT_TTL,
     ) -> tuple[list[Job], list[Job]]:
         """`finish_many(done)` then `claim_batch(limit)`, as a worker does
-        between one piece of work and the next — on PostgreSQL (without a
-        lease cap) in ONE statement: one round trip, one commit, both or
-        neither. Returns (jobs claimed, jobs of `done` whose fence had
+        between one piece of work and the next — on PostgreSQL in ONE
+        statement: one round trip, one commit, both or neither (under a
+        lease cap, the capped claim's second statement writes them, in its
+        transaction). Returns (jobs claimed, jobs of `done` whose fence had
         moved). Raises `ValueError` (nothing written, nothing claimed) when
         a result is not strict JSON."""
         if not done:

@@ -211,8 +211,8 @@ def test_finish_and_claim_refuses_a_result_that_is_not_json_and_writes_nothing(s
 @pytest.mark.django_db
 @override_settings(JOBS_TENANT_LEASE_CAP=1)
 def test_finish_and_claim_under_a_lease_cap_frees_the_slot_before_claiming(store):
-    # The capped claim runs in its own transaction after the finishes, so
-    # the tenant's finished job no longer counts against its cap.
+    # The capped claim's statements do not count the jobs being finished
+    # (the second writes them), so the tenant's slot is free for the next.
     store.enqueue_many(JobSpec("a", f"k{i}") for i in range(2))
     job = store.claim_next("w", now=10)
     assert store.claim_next("w2", now=10) is None  # at its cap
