@@ -541,7 +541,10 @@ _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 
 def _try_locks(sql: str, params: dict) -> list[tuple[str, bool]]:
-    with connection.cursor() as cursor:
+    # In psycopg's pipeline mode the transaction's BEGIN travels with the
+    # statement: one round trip for both.
+    connection.ensure_connection()
+    with connection.connection.pipeline(), connection.cursor() as cursor:
         cursor.execute(_CAP_TRY_LOCKS.format(query=sql), {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
