@@ -74,6 +74,27 @@ def _event_entry(e: JobEvent, masker: Masker) -> Entry:
                  link="console:batch" if batch else "", pk=batch)
 
 
+def _claim_entry(*, at: datetime, epoch: int, worker: str, detail: str, order: int) -> Entry:
+    """An attempt's claim, shown at the time it was taken: a claim writes no
+    history row of its own (jobs.models.JobEvent); it is read from the row
+    that ended the attempt, or from the job row while the attempt runs."""
+    return Entry(at=at, kind="event", title=f"claim: → LEASED (epoch {epoch})", detail=detail, actor=worker,
+                 order=order)
+
+
+def _attempt_entries(job: Job, page: list[JobEvent], *, newest_page: bool) -> list[Entry]:
+    """The claims of the attempts this page's rows ended, and on the newest
+    page the claim of the attempt running now."""
+    entries = [_claim_entry(at=e.claimed_at, epoch=e.epoch, worker=e.worker_id, order=e.id,
+                            detail=f"attempt {e.epoch} by {e.worker_id}; ended by {e.kind} at {e.created_at:%Y-%m-%d %H:%M:%S}")
+               for e in page if e.claimed_at is not None]
+    if newest_page and job.state == "LEASED" and job.claimed_at is not None:
+        until = f"{job.lease_until:%Y-%m-%d %H:%M:%S}" if job.lease_until else "—"
+        entries.append(_claim_entry(at=job.claimed_at, epoch=job.lease_epoch, worker=job.worker_id, order=0,
+                                    detail=f"attempt {job.lease_epoch} by {job.worker_id}; running, lease until {until}"))
+    return entries
+
+
 def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR) -> tuple[list[Entry], int | None]:
     """One page of `job`'s timeline: entries newest first, and the cursor of
     the next (older) page, or None on the last page; read through `masker`."""
@@ -95,7 +116,7 @@ def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR
             queryset = queryset.filter(**{f"{field}__lt": upper})
         return queryset.order_by(f"-{field}")[:OTHER_LIMIT]
 
-    entries = [_event_entry(e, masker) for e in page]
+    entries = [_event_entry(e, masker) for e in page] + _attempt_entries(job, page, newest_page=before is None)
     for op in span(Operation.objects.filter(job=job), "created_at"):
         entries.append(Entry(at=op.created_at, kind="operation", title=f"operation {op.kind} via {op.provider}",
                              detail=f"{op.state} — step {op.step}, {op.attempts} attempt(s)",
@@ -141,11 +162,12 @@ def timeline_json(job: Job, *, masker: Masker = CLEAR):
             first = False
 
     head = {f: getattr(job, f) for f in ("id", "tenant", "key", "action", "state", "payload", "attempts",
-                                         "lease_epoch", "wait_reason", "last_error", "created_at", "updated_at")}
+                                         "lease_epoch", "worker_id", "claimed_at", "wait_reason", "last_error",
+                                         "created_at", "updated_at")}
     yield '{"job": ' + dump(head) + ',\n"events": [\n'
     yield from rows(JobEvent.objects.filter(job=job).order_by("id"),
-                    ["id", "created_at", "kind", "from_state", "to_state", "epoch", "worker_id", "actor", "reason",
-                     "detail"])
+                    ["id", "created_at", "kind", "from_state", "to_state", "epoch", "worker_id", "claimed_at", "actor",
+                     "reason", "detail"])
     yield '],\n"operations": [\n'
     yield from rows(Operation.objects.filter(job=job).order_by("created_at"),
                     ["id", "step", "provider", "kind", "state", "request", "request_digest", "attempts", "last_error",

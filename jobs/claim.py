@@ -2,8 +2,10 @@
 
 Both back ends run the same semantics: pick eligible READY jobs (one, or up to
 `limit` for a batch), move each to LEASED with its own `lease_epoch + 1`, the
-worker's id and `lease_until = now + ttl`, count the attempt, and append the
-claim to the job's history — in one transaction.
+worker's id, `lease_until = now + ttl` and `claimed_at = now`, and count the
+attempt — in one transaction. A claim writes no history row: the attempt's
+one row is written when it ends, with the claim's time, worker and epoch
+taken from the job row (`jobs.models.JobEvent`).
 
 Which jobs: tenants are served **least-loaded first** (fewest LEASED jobs;
 ties broken by lottery so no tenant is systematically first), and within a
@@ -30,8 +32,7 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   parameterised lateral primary-key lookup has, whatever the statistics say
   (a table loaded a second ago and one of ten million rows get the same plan).
   A row another claimer took meanwhile fails the state re-check or is skipped.
-- the chosen rows are leased and their claim events inserted in the same
-  statement. The statement also reports sampled tenants that turned out to
+- the chosen rows are leased in the same statement. The statement also reports sampled tenants that turned out to
   have no READY job left; `_prune` removes them from the sample table (one
   statement after the claim's: the function of migration 0009).
 If nothing could be locked (every candidate was taken by concurrent claimers,
@@ -113,11 +114,14 @@ _SET_LEASED = """
     attempts = j.attempts + 1,
     first_attempt_at = COALESCE(j.first_attempt_at, {now}),
     wait_reason = '',
+    claimed_at = {now},
     updated_at = {now}
 """
 
 
-# Shared tail of the PostgreSQL statements: lease the candidates, log the claims.
+# Shared tail of the PostgreSQL statements: lease the candidates. A claim
+# writes no history row: its time, worker and epoch stay on the job row
+# until the row that ends the attempt records them (jobs.models.JobEvent).
 _LEASE_AND_LOG_PG = """
     claimed AS (
         -- The ids as a key condition, never a join: a join with the
@@ -129,11 +133,6 @@ _LEASE_AND_LOG_PG = """
         UPDATE jobs_job AS j SET {set_leased}
         WHERE j.id {leased_ids}
         RETURNING {returning}
-    ), logged AS (
-        INSERT INTO jobs_jobevent
-            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
-        SELECT id, 'claim', 'READY', 'LEASED', lease_epoch, worker_id, worker_id, '', '{{}}', updated_at
-        FROM claimed
     )
 """
 
@@ -165,11 +164,13 @@ _FINISH_PG = """
         -- planned as a hash join over a full scan of the table (a generic
         -- plan made while statistics said it was empty).
         WHERE f.id {finish_key} AND f.id = i.id
-        RETURNING f.id, f.lease_epoch, f.updated_at
+        RETURNING f.id, f.lease_epoch, f.updated_at, f.claimed_at
     ), finish_logged AS (
+        -- The attempt's one history row, with the claim it began with.
         INSERT INTO jobs_jobevent
-            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
-        SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at
+            (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at, claimed_at)
+        SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at,
+               claimed_at
         FROM finished
     ),"""
 # A tenant's LEASED jobs, counted through `job_state_tenant` (state, tenant):
@@ -329,7 +330,7 @@ _last_seen = threading.local()
 _HAS_ELIGIBLE = "EXISTS (SELECT 1 FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter})"
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
-        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) AS leased
+        SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) {finishing_load} AS leased
         FROM tenants AS t
     )
     SELECT tenant FROM load AS t WHERE leased < %(cap)s AND {has_eligible} ORDER BY leased, lottery
@@ -346,7 +347,7 @@ _CAP_TENANTS_ALL_PG = """
         UNION ALL
         (SELECT tenant FROM jobs_readytenant WHERE slot < %(slot)s ORDER BY slot)
     ) AS t
-    WHERE ({leased}) < %(cap)s AND {has_eligible}
+    WHERE ({leased}) {finishing_load} < %(cap)s AND {has_eligible}
     LIMIT {sample}
 """
 
@@ -402,27 +403,29 @@ def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, 
     if connection.vendor != "postgresql":
         return _claim_sqlite(worker, clock, ttl, tenants, actions, limit)
     if lease_cap():
-        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)
+        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)[0]
     return _claim_pg(worker, clock, ttl, tenants, actions, limit)[0]
 
 
 def pipelined() -> bool:
-    """Whether `finish_and_claim` writes finishes and claims in one statement
-    (PostgreSQL without a lease cap: the capped claim needs its own
-    transaction, SQLite its immediate one)."""
-    return connection.vendor == "postgresql" and not lease_cap()
+    """Whether `finish_and_claim` writes finishes with the claim of the next
+    work (PostgreSQL; SQLite claims in its own immediate transaction)."""
+    return connection.vendor == "postgresql"
 
 
 def finish_and_claim(*, worker: str, clock: Clock, ttl: float, finish: Finishes, tenants=None, actions=None,
                      limit: int = 1) -> tuple[list[Job], set[int]]:
     """Mark `finish` DONE and lease the next jobs in ONE statement — one
-    round trip and one commit for both (only where `pipelined()`). Returns
-    the claimed jobs and the ids of the finishes that were written (a job
-    missing there had lost its fence; nothing was written for it). Both
-    commit together or not at all."""
+    round trip and one commit for both (only where `pipelined()`; under a
+    lease cap, the capped claim's second statement, in its transaction).
+    Returns the claimed jobs and the ids of the finishes that were written
+    (a job missing there had lost its fence; nothing was written for it).
+    Both commit together or not at all."""
     tenants = _checked(limit, tenants)
     if not pipelined():
-        raise RuntimeError("finish_and_claim needs PostgreSQL without a lease cap (see pipelined())")
+        raise RuntimeError("finish_and_claim needs PostgreSQL (see pipelined())")
+    if lease_cap():
+        return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, finish=finish)
     return _claim_pg(worker, clock, ttl, tenants, actions, limit, finish=finish)
 
 
@@ -494,16 +497,23 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
     return jobs, finished
 
 
-def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
+def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, *,
+                     finish: Finishes | None = None) -> tuple[list[Job], set[int]]:
     """The cap holds under concurrency: a tenant's leases are granted only
-    under its advisory lock, by a statement that starts after the lock."""
+    under its advisory lock, by a statement that starts after the lock. The
+    previous work's `finish` is written by that statement (its jobs, still
+    LEASED in its snapshot, come off their tenants' counts as in the plain
+    claim), or alone in the same transaction when nothing can be claimed."""
     cap = lease_cap()
     with transaction.atomic():
-        sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
+        # (The jobs being finished, LEASED in these snapshots, are not counted.)
+        sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
+                                 finish=finish)
         tried = _try_locks(sql, params)
         if not tried and not tenants:
             # (A worker's listed tenants were all looked at already.)
-            sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap)
+            sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
+                                     finish=finish)
             tried = _try_locks(sql, params)
         locked = [tenant for tenant, got in tried if got]
         if not locked and tried:
@@ -513,8 +523,8 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit) -> list[Job]:
                 cursor.execute(_CAP_WAIT, [tried[0][0]])
             locked = [tried[0][0]]
         if not locked:
-            return []
-        return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap)[0]
+            return [], finish_pg(worker=worker, clock=clock, finish=finish) if finish else set()
+        return _claim_pg(worker, clock, ttl, locked, actions, limit, cap=cap, finish=finish)
 
 
 # The candidate tenants, each with whether this transaction got its advisory
@@ -531,7 +541,10 @@ _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 
 def _try_locks(sql: str, params: dict) -> list[tuple[str, bool]]:
-    with connection.cursor() as cursor:
+    # In psycopg's pipeline mode the transaction's BEGIN travels with the
+    # statement: one round trip for both.
+    connection.ensure_connection()
+    with connection.connection.pipeline(), connection.cursor() as cursor:
         cursor.execute(_CAP_TRY_LOCKS.format(query=sql), {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
         return [(row[0], row[1]) for row in cursor.fetchall()]
 

@@ -32,6 +32,11 @@ class Job(models.Model):
     lease_epoch = models.PositiveIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
     worker_id = models.CharField(max_length=200, blank=True, default="")
+    # When the current (or last) attempt was claimed. A claim writes no
+    # history row: it stays here, with `worker_id` and `lease_epoch`, until
+    # the row that ends the attempt (finish, wait, fail, release, recover,
+    # takeover) copies it into the history.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     wait_reason = models.CharField(max_length=500, blank=True, default="")
     # The inbound provider whose event may end this wait ("" = any provider
     # bound to the job's tenant); see jobs.inbound. A database default too,
@@ -111,7 +116,13 @@ class Job(models.Model):
 
 class JobEvent(models.Model):
     """Append-only history: one row per transition, written in the same
-    transaction as the state change. The evidence needed to resume."""
+    transaction as the state change. The evidence needed to resume.
+
+    An attempt has one row, written when it ends: the claim (READY →
+    LEASED) is kept on the job row until then, and the row that ends the
+    attempt carries its `worker_id`, `epoch` and `claimed_at`. A crash
+    mid-attempt leaves the job row itself as the evidence, and the recovery
+    (or a takeover) writes the attempt's row."""
 
     # No index of its own: `jobevent_job_id` (job, id) leads with the job and
     # serves every lookup by job (one index less to write per event).
@@ -130,6 +141,8 @@ class JobEvent(models.Model):
     reason = models.TextField(blank=True, default="")
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
+    # On the row that ends an attempt: when that attempt was claimed.
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]

@@ -64,6 +64,8 @@ def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -
 
 
 _EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at"
+# The row that ends an attempt also records when the attempt was claimed.
+_ATTEMPT_COLUMNS = _EVENT_COLUMNS + ", claimed_at"
 
 # The fence: which rows a worker's write may touch (served by the unique
 # index on (tenant, key)).
@@ -317,6 +319,9 @@ class Store:
                 return None
             transition(name, job.state, State.LEASED)
             epoch = job.lease_epoch + 1
+            # A claim writes no history row (the attempt's row is written
+            # when it ends); a takeover writes the row that ends the silent
+            # holder's attempt, with that attempt's worker, epoch and claim.
             self._write(
                 job,
                 name,
@@ -330,9 +335,12 @@ class Store:
                     "first_attempt_at": job.first_attempt_at or at,
                     "recoveries": job.recoveries + (name == "takeover"),
                     "wait_reason": "",
+                    "claimed_at": at,
                 },
                 actor=worker_id,
-                reason="" if name == "claim" else f"lease of {job.worker_id} (epoch {job.lease_epoch}) expired",
+                reason=f"lease of {job.worker_id} (epoch {job.lease_epoch}) expired; taken over by {worker_id} "
+                       f"(epoch {epoch})",
+                log=name == "takeover",
             )
             return epoch
 
@@ -362,20 +370,15 @@ class Store:
     ) -> list[Job]:
         """Lease up to `limit` eligible jobs at once (one statement on
         PostgreSQL), fairly across tenants. Each job gets its own epoch, its
-        own fence and its own claim event: it is finished, failed or
-        recovered on its own, exactly as if it had been claimed alone."""
+        own fence and its own `claimed_at`: it is finished, failed or
+        recovered on its own, exactly as if it had been claimed alone, and
+        the history row that ends its attempt records the claim."""
         clock = Clock.of(now)
         # PostgreSQL: claim.py runs one statement (a short transaction with a
-        # lease cap). SQLite: an immediate transaction around choose + lease + log.
+        # lease cap). SQLite: an immediate transaction around choose + lease.
         with _atomic_unless_postgres():
-            jobs = claim_sql.claim(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions,
+            return claim_sql.claim(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions,
                                    limit=limit)
-            if jobs and not _is_postgres():
-                # PostgreSQL logged the claims inside the claim statement.
-                for job in jobs:
-                    self._append_event(job.id, "claim", State.READY, State.LEASED, Clock.of(job.updated_at),
-                              epoch=job.lease_epoch, worker_id=worker_id, actor=worker_id)
-        return jobs
 
     # ------------------------------------------------------------ fenced writes
 
@@ -458,9 +461,10 @@ class Store:
         ttl: float = DEFAULT_TTL,
     ) -> tuple[list[Job], list[Job]]:
         """`finish_many(done)` then `claim_batch(limit)`, as a worker does
-        between one piece of work and the next — on PostgreSQL (without a
-        lease cap) in ONE statement: one round trip, one commit, both or
-        neither. Returns (jobs claimed, jobs of `done` whose fence had
+        between one piece of work and the next — on PostgreSQL in ONE
+        statement: one round trip, one commit, both or neither (under a
+        lease cap, the capped claim's second statement writes them, in its
+        transaction). Returns (jobs claimed, jobs of `done` whose fence had
         moved). Raises `ValueError` (nothing written, nothing claimed) when
         a result is not strict JSON."""
         if not done:
@@ -822,7 +826,7 @@ class Store:
             expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
             sets.append(f"{column} = {expr}")
             params += values
-        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
+        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch, claimed_at"
         params += [tenant, key, epoch, worker_id]
         event = [name, State.LEASED, str(target), worker_id, worker_id, storable_text(reason), _json(detail)]
         # Into review: the deadline hooks write in the same transaction.
@@ -831,8 +835,8 @@ class Store:
         with atomic, connection.cursor() as cursor:
             if _is_postgres() and log:
                 cursor.execute(
-                    f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "
-                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql} FROM changed "
+                    f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
+                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql}, claimed_at FROM changed "
                     f"RETURNING job_id",
                     [*params, *event, *now_params],
                 )
@@ -844,8 +848,9 @@ class Store:
                 written = len(rows)
                 if rows and log:
                     cursor.execute(
-                        f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
-                        [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params],
+                        f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
+                        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql}, %s)",
+                        [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params, rows[0][2]],
                     )
             if rows and into_review:
                 _review_changed(rows[0][0], State.LEASED, target, clock)
@@ -855,8 +860,12 @@ class Store:
                 raise JobNotFound(f"no job {tenant}/{key}")
             raise self._conflict(job, worker_id, epoch)
 
-    def _write(self, job: Job, name, target, clock, changes, *, actor="", reason="", detail=None) -> None:
-        """Apply a checked transition to a row locked by the caller."""
+    def _write(self, job: Job, name, target, clock, changes, *, actor="", reason="", detail=None,
+               log=True) -> None:
+        """Apply a checked transition to a row locked by the caller, and
+        append its history row (unless `log` is false: a claim's row is
+        written when its attempt ends). A transition out of LEASED ends the
+        attempt: its row carries that attempt's worker, epoch and claim."""
         now_sql, now_params = clock.sql()
         sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
         for column, value in changes.items():
@@ -872,22 +881,26 @@ class Store:
             )
             if cursor.rowcount != 1:
                 raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
-        epoch = changes.get("lease_epoch", job.lease_epoch)
-        worker = changes.get("worker_id", job.worker_id)
+        if not log:
+            return
+        ends_attempt = job.state == State.LEASED
+        epoch = job.lease_epoch if ends_attempt else changes.get("lease_epoch", job.lease_epoch)
+        worker = job.worker_id if ends_attempt else changes.get("worker_id", job.worker_id)
         self._append_event(job.id, name, job.state, target, clock, epoch=epoch, worker_id=worker, actor=actor,
-                  reason=reason, detail=detail)
+                           reason=reason, detail=detail, claimed_at=job.claimed_at if ends_attempt else None)
 
     def _append_event(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="",
-                      actor="", reason="", detail=None) -> None:
+                      actor="", reason="", detail=None, claimed_at=None) -> None:
         """Append the job's history row (a JobEvent) for one transition, in
         the caller's transaction."""
         now_sql, now_params = clock.sql()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql})",
+                f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql}, %s)",
                 [job_id, kind, str(from_state), str(to_state), epoch, worker_id, storable_text(actor),
                  storable_text(reason), _json(detail),
-                 *now_params],
+                 *now_params, _db_value(claimed_at)],
             )
         _review_changed(job_id, from_state, to_state, clock)
 

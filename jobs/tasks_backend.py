@@ -67,6 +67,7 @@ from datetime import datetime
 
 from django.core import checks
 from django.db import transaction
+from django.db.models import Q
 from django.utils.module_loading import autodiscover_modules
 from django_tasks.backends.base import BaseTaskBackend
 from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
@@ -98,7 +99,9 @@ STATUS_OF_STATE = {
 }
 
 # The history a result is built from: the enqueue (what the task is), each
-# attempt (claim, takeover) and each failure (fail, recover).
+# attempt's row (the row that ended it carries its claim, `claimed_at`; a
+# `claim` row, or a `takeover` row without one, is a claim recorded before
+# claims were kept on the job row) and each failure (fail, recover).
 _RESULT_EVENTS = ("enqueue", "claim", "takeover", "fail", "recover")
 # The fields of a payload (and of the enqueue event) that say which task a job runs.
 _IDENTITY = ("task", "backend", "queue_name", "takes_context", "run_after")
@@ -261,7 +264,8 @@ def _job_of(result_id) -> Job | None:
 
 def _result_events(job: Job) -> list[JobEvent]:
     # Served by `jobevent_job_id`; the enqueue event is the first.
-    return list(JobEvent.objects.filter(job_id=job.pk, kind__in=_RESULT_EVENTS).order_by("id")[:200])
+    return list(JobEvent.objects.filter(Q(kind__in=_RESULT_EVENTS) | Q(claimed_at__isnull=False), job_id=job.pk)
+                .order_by("id")[:200])
 
 
 def _identity(job: Job, events: list[JobEvent]) -> dict:
@@ -297,7 +301,11 @@ def _task_of(job: Job, identity: dict) -> Task:
 
 
 def _task_result(job: Job, task: Task, events: list[JobEvent]) -> TaskResult:
-    attempts = [e for e in events if e.kind in ("claim", "takeover")]
+    # (when, by whom) of each attempt, oldest first; the one running now is on the job row.
+    attempts = [(e.claimed_at, e.worker_id) if e.claimed_at else (e.created_at, e.worker_id) for e in events
+                if e.claimed_at or e.kind == "claim" or e.kind == "takeover"]
+    if job.state == State.LEASED and job.claimed_at is not None:
+        attempts.append((job.claimed_at, job.worker_id))
     errors = [
         TaskError(exception_class_path=e.detail.get("exception_class_path", "builtins.Exception"),
                   traceback=e.detail.get("traceback", e.reason))
@@ -313,13 +321,13 @@ def _task_result(job: Job, task: Task, events: list[JobEvent]) -> TaskResult:
         enqueued_at=job.created_at,
         started_at=job.first_attempt_at,
         finished_at=finished_at,
-        last_attempted_at=attempts[-1].created_at if attempts else None,
+        last_attempted_at=attempts[-1][0] if attempts else None,
         # A redacted payload has neither (retention removed the call's arguments).
         args=job.payload.get("args", []),
         kwargs=job.payload.get("kwargs", {}),
         backend=task.backend,
         errors=errors,
-        worker_ids=[e.worker_id for e in attempts],
+        worker_ids=[worker for _, worker in attempts],
     )
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", job.result)

@@ -57,6 +57,7 @@ from urllib.parse import quote, urlencode
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import notify
@@ -743,14 +744,21 @@ def _latency(config: BenchConfig, results: Results) -> list[Latency]:
 
 def _start_delays_ms() -> dict[str, list[float]]:
     """Per pass: the first claim's time minus the enqueue time, both written
-    by the database clock in the same history table. (`Job.created_at` is
-    Django's auto_now_add, stamped by the enqueueing process, so the enqueue
-    event is used instead.)"""
+    by the database clock: the enqueue event's time, and the claim kept by
+    the row that ended the first attempt (or by the job row while it runs).
+    (`Job.created_at` is Django's auto_now_add, stamped by the enqueueing
+    process, so the enqueue event is used instead.)"""
     enqueued, claimed = {}, {}
-    events = JobEvent.objects.filter(job__tenant=TENANT_LATENCY, kind__in=["enqueue", "claim"]).order_by("id")
-    for key, kind, at in events.values_list("job__key", "kind", "created_at"):
-        target = enqueued if kind == "enqueue" else claimed
-        target.setdefault(key, at)
+    events = JobEvent.objects.filter(job__tenant=TENANT_LATENCY).filter(
+        Q(kind="enqueue") | Q(claimed_at__isnull=False)).order_by("id")
+    for key, kind, created_at, claimed_at in events.values_list("job__key", "kind", "created_at", "claimed_at"):
+        if kind == "enqueue":
+            enqueued.setdefault(key, created_at)
+        else:
+            claimed.setdefault(key, claimed_at)
+    running = Job.objects.filter(tenant=TENANT_LATENCY, state="LEASED", claimed_at__isnull=False)
+    for key, claimed_at in running.values_list("key", "claimed_at"):
+        claimed.setdefault(key, claimed_at)
     delays: dict[str, list[float]] = {}
     for key, at in claimed.items():
         if key in enqueued:

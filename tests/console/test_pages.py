@@ -122,7 +122,10 @@ def test_the_timeline_pages_back_to_the_beginning_and_downloads_everything(clien
         seen += [line for line in html.splitlines() if "timeline-" in line and "<tr" in line]
         older = response.context["older"]
         url = f"/admin/console/jobs/{job.pk}/timeline/?before={older}" if older else None
-    assert len(seen) == JobEvent.objects.filter(job=job).count()
+    # Every history row, and the claim of each attempt a row ended (a claim
+    # is shown at its time from the row that ended its attempt).
+    events = JobEvent.objects.filter(job=job)
+    assert len(seen) == events.count() + events.exclude(claimed_at=None).count()
 
     download = client.get(f"/admin/console/jobs/{job.pk}/history.json")
     history = json.loads(b"".join(download.streaming_content))
@@ -194,3 +197,28 @@ def test_the_site_root_opens_the_console(client):
     response = client.get("/")
     assert (response.status_code, response["Location"]) == (302, "/admin/")
     assert client.get("/", follow=True).redirect_chain[-1][0].startswith("/admin/login/")
+
+
+def test_the_timeline_shows_each_attempts_claim_with_its_worker_epoch_and_end_and_the_running_one(client, people):
+    """A claim writes no history row: the timeline reads it from the row that
+    ended the attempt, and the running attempt's from the job row."""
+    from jobs.store import Store
+
+    store = Store()
+    store.enqueue("studio", "twice")
+    first = store.claim("studio", "twice", "w-old", now=1_000, ttl=30)
+    second = store.claim("studio", "twice", "w-new", now=1_040, ttl=3_000_000_000)  # the first lease ran out
+    job = Job.objects.get(key="twice")
+    client.force_login(people["viewer"])
+    html = client.get(f"/admin/console/jobs/{job.pk}/timeline/").content.decode()
+    # w-old's attempt (epoch 1): claimed, then ended by w-new's takeover.
+    assert f"claim: → LEASED (epoch {first})" in html and "attempt 1 by w-old; ended by takeover" in html
+    assert "takeover: LEASED → LEASED (epoch 1)" in html
+    # w-new's attempt (epoch 2) is running: the job row says so.
+    assert f"claim: → LEASED (epoch {second})" in html and "attempt 2 by w-new; running" in html
+    store.finish("studio", "twice", "w-new", second, now=1_050)
+    html = client.get(f"/admin/console/jobs/{job.pk}/timeline/").content.decode()
+    assert "attempt 2 by w-new; ended by finish" in html and "running" not in html
+    history = json.loads(b"".join(client.get(f"/admin/console/jobs/{job.pk}/history.json").streaming_content))
+    assert [(e["kind"], e["worker_id"], e["epoch"], e["claimed_at"] is not None) for e in history["events"]] == [
+        ("enqueue", "", 0, False), ("takeover", "w-old", 1, True), ("finish", "w-new", 2, True)]

@@ -74,13 +74,15 @@ def test_a_batch_takes_the_least_loaded_tenants_work_first(store):
 
 
 @pytest.mark.django_db
-def test_each_job_of_a_batch_has_its_own_epoch_fence_and_claim_event(store):
+def test_each_job_of_a_batch_has_its_own_epoch_fence_and_claim(store):
     store.enqueue_many(JobSpec("a", f"k{i}") for i in range(5))
     store.claim_next("other", now=10)  # k-something at epoch 1, held by someone else
     jobs = store.claim_batch("w", limit=10, now=10)
     assert len(jobs) == 4
     assert all(job.state == State.LEASED and job.lease_epoch == 1 and job.worker_id == "w" for job in jobs)
-    assert JobEvent.objects.filter(kind="claim", worker_id="w").count() == 4
+    # Each claim is on its job row until its attempt ends (no history row yet).
+    assert Job.objects.filter(worker_id="w", state=State.LEASED, claimed_at__isnull=False).count() == 4
+    assert not JobEvent.objects.filter(worker_id="w").exists()
     # One job's fence moves (recovered and re-claimed elsewhere): finishing
     # the batch writes the others and reports that one, untouched.
     moved = jobs[0]
@@ -178,11 +180,13 @@ def test_finish_and_claim_writes_each_fenced_finish_and_claims_the_next(store, m
     for job in jobs[1:]:
         done = Job.objects.get(pk=job.pk)
         assert (done.state, done.result) == (State.DONE, {"ok": job.key})
-        assert done.events.filter(kind="finish", epoch=job.lease_epoch, worker_id="w").count() == 1
-    # The two jobs left were claimed, each with its own claim event.
+        # The attempt's one row, carrying its claim.
+        assert done.events.filter(kind="finish", epoch=job.lease_epoch, worker_id="w",
+                                  claimed_at=job.claimed_at).count() == 1
+    # The two jobs left were claimed, each with its own claim on its row.
     assert sorted(job.key for job in claimed) == ["k3", "k4"]
-    assert all(Job.objects.get(pk=job.pk).state == State.LEASED for job in claimed)
-    assert JobEvent.objects.filter(kind="claim", job__key__in=["k3", "k4"]).count() == 2
+    assert all(Job.objects.get(pk=job.pk).state == State.LEASED and Job.objects.get(pk=job.pk).claimed_at
+               for job in claimed)
 
 
 @pytest.mark.django_db
@@ -207,8 +211,8 @@ def test_finish_and_claim_refuses_a_result_that_is_not_json_and_writes_nothing(s
 @pytest.mark.django_db
 @override_settings(JOBS_TENANT_LEASE_CAP=1)
 def test_finish_and_claim_under_a_lease_cap_frees_the_slot_before_claiming(store):
-    # The capped claim runs in its own transaction after the finishes, so
-    # the tenant's finished job no longer counts against its cap.
+    # The capped claim's statements do not count the jobs being finished
+    # (the second writes them), so the tenant's slot is free for the next.
     store.enqueue_many(JobSpec("a", f"k{i}") for i in range(2))
     job = store.claim_next("w", now=10)
     assert store.claim_next("w2", now=10) is None  # at its cap

@@ -23,7 +23,7 @@ def test_seed_snippet_runs_unchanged():
 
 
 @pytest.mark.django_db
-def test_seed_history_shows_claim_takeover_and_the_new_workers_finish():
+def test_seed_history_shows_each_attempt_once_with_its_claim_and_how_it_ended():
     from jobs.models import Job
     from jobs.store import Conflict, Store
 
@@ -37,9 +37,13 @@ def test_seed_history_shows_claim_takeover_and_the_new_workers_finish():
 
     job = Job.objects.get(tenant="studio", key="send-quote-017")
     assert job.state == "DONE"
-    assert [(e.kind, e.to_state, e.epoch, e.worker_id) for e in job.events.all()] == [
-        ("enqueue", "READY", 0, ""),
-        ("claim", "LEASED", 1, "worker-a"),
-        ("takeover", "LEASED", 2, "worker-b"),
-        ("finish", "DONE", 2, "worker-b"),
+    # One row per attempt, written when it ended, with the claim it began
+    # with: worker-a's attempt (claimed at 100) ended by worker-b's takeover,
+    # worker-b's (claimed at 131) by its finish.
+    assert [(e.kind, e.to_state, e.epoch, e.worker_id, e.actor, e.claimed_at and e.claimed_at.timestamp())
+            for e in job.events.all()] == [
+        ("enqueue", "READY", 0, "", "", None),
+        ("takeover", "LEASED", 1, "worker-a", "worker-b", 100),
+        ("finish", "DONE", 2, "worker-b", "worker-b", 131),
     ]
+    assert job.claimed_at.timestamp() == 131 and job.worker_id == "worker-b"

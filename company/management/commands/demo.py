@@ -422,7 +422,7 @@ class Command(BaseCommand):
             w(f"  {quote.number} to {quote.customer.email}: {quote.status}; emails at the provider: {emails}; "
               f"receipt: {receipts}; job {job.key if job else '-'} {job.state if job else ''}")
             if job is not None and job.events.filter(kind__in=["recover", "takeover"]).exists():
-                workers = ", ".join(sorted(set(job.events.filter(kind="claim").values_list("worker_id", flat=True))))
+                workers = ", ".join(sorted(set(job.events.exclude(claimed_at=None).values_list("worker_id", flat=True))))
                 hows = {op.receipt.how for op in ops if op.step == "send" and hasattr(op, "receipt")}
                 how = f"reconciled by {', '.join(sorted(hows))} instead of sending blind" if hows else \
                     "could not reconcile it (see the operation)"
