@@ -60,7 +60,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from jobs import notify
-from jobs.models import Job, JobEvent, ReadyTenant
+from jobs.models import Job, JobEvent, JobSearch, ReadyTenant
 from jobs.states import State
 from jobs.store import JobSpec, Store
 
@@ -258,13 +258,14 @@ def bench_cleanup() -> None:
 
 
 def _vacuum() -> None:
-    """Plain VACUUM of the job and history tables (PostgreSQL): a bench row
-    starts on a table without the previous row's dead rows, as it would with
-    autovacuum on. It takes no lock that blocks reads or writes."""
+    """Plain VACUUM of the job, search and history tables (PostgreSQL): a
+    bench row starts on a table without the previous row's dead rows, as it
+    would with autovacuum on. It takes no lock that blocks reads or writes."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM {Job._meta.db_table}, {JobEvent._meta.db_table}, {ReadyTenant._meta.db_table}")
+        cursor.execute(f"VACUUM {Job._meta.db_table}, {JobSearch._meta.db_table}, {JobEvent._meta.db_table}, "
+                       f"{ReadyTenant._meta.db_table}")
 
 
 def _header(config: BenchConfig) -> list[str]:
