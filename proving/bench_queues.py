@@ -149,6 +149,11 @@ def queues_bench(rows: int, *, progress: Callable[[str], None]) -> tuple[list[Qu
              {"tenant": BULK_TENANTS[3], "age": "1d", "page": "3"}),
             ("attention queue, first page", attention, "/admin/console/attention/", {}),
             ("job list: q = one recipient", job_list, "/admin/jobs/job/", {"q": f"customer-{picked}@example"}),
+            # A finished job's: the one above waits for review, where the
+            # queues' own index can answer.
+            ("job list: q = a finished job's recipient", job_list, "/admin/jobs/job/",
+             {"q": f"customer-{picked + 4}@example"}),
+            ("job list: q = a proposer (1 in 20)", job_list, "/admin/jobs/job/", {"q": "agent:bench-13"}),
         ]:
             progress(f"queues: {REQUESTS} requests, {label}")
             timings, count, matched = [], 0, None
