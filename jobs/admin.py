@@ -178,9 +178,10 @@ class JobAdmin(ScopedAdmin):
     )
 
     def get_search_results(self, request, queryset, search_term):
-        # The search text (jobs.search), served by the trigram indexes on
-        # PostgreSQL; a term too short for a trigram is a key prefix, which
-        # the JobSearch rows' key index serves. Never a scan over a million rows.
+        # The search text of the job's search row (jobs.search), served by
+        # its trigram index on PostgreSQL; a term too short for a trigram is
+        # a key prefix, which the search rows' key index serves. Never a scan
+        # over a million rows.
         term = search_term.strip()
         if not term:
             return queryset, False
