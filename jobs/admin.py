@@ -23,7 +23,7 @@ from .errors import JobError
 from .masking import job_masker
 from .models import InboundEvent, Job, OutboxEvent, Timer
 from .review import decision_logged
-from .search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
+from .search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching, jobs_with_key_prefix
 from .selectors import expired_leases
 from .states import State
 
@@ -162,8 +162,8 @@ class JobAdmin(ScopedAdmin):
     list_filter = ("state", TenantFilter, ActionFilter, ProposerFilter, AgeFilter, AssigneeFilter, LeaseFilter)
     search_fields = ("key",)
     search_help_text = ("Any part of the key, subject, proposer, rationale or the fields the action declares "
-                        "searchable (an email's recipient and subject), any case; a READY or running job, and "
-                        f"any term shorter than {SEARCH_MIN_CHARS} characters: the start of its key.")
+                        "searchable (an email's recipient and subject), any case, in any state; a term shorter "
+                        f"than {SEARCH_MIN_CHARS} characters: the start of the key.")
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
     # What a viewer reads instead of the fields that may quote an action's
@@ -180,14 +180,15 @@ class JobAdmin(ScopedAdmin):
     )
 
     def get_search_results(self, request, queryset, search_term):
-        # The search text (jobs.search), served by the trigram index on
-        # PostgreSQL; a term too short for a trigram is a key prefix, which
-        # job_key_prefix serves. Never a scan over a million rows.
+        # The search text of the job's search row (jobs.search), served by
+        # its trigram index on PostgreSQL; a term too short for a trigram is
+        # a key prefix, which the search rows' key index serves. Never a scan
+        # over a million rows.
         term = search_term.strip()
         if not term:
             return queryset, False
         if len(term) < SEARCH_MIN_CHARS:
-            return queryset.filter(key__startswith=term), False
+            return jobs_with_key_prefix(queryset, term), False
         return jobs_matching(queryset, term[:SEARCH_MAX_CHARS], every_state=True), False
 
     def get_fieldsets(self, request, obj=None):

@@ -56,7 +56,9 @@ class Job(models.Model):
     proposed_by = models.CharField(max_length=200, blank=True, default="", db_default="")
     # What the console's text search reads (jobs.search): the key, subject,
     # proposer, rationale and the payload fields the action declares
-    # searchable, case-folded. Written when the job is created or corrected.
+    # searchable, case-folded. Written when the job is created or corrected,
+    # with its copy in `JobSearch` (the job list's search); the queues read
+    # it here.
     search_text = models.TextField(blank=True, default="", db_default="")
     # The person who took the item in a queue ("assigned to me"); nobody
     # else is kept from deciding it, but the queues show and filter by it.
@@ -83,10 +85,12 @@ class Job(models.Model):
             # "READY jobs of tenant T" then has only job_claim_tenant to go to,
             # which returns them in claim order, with or without statistics.
             models.Index(fields=["state", "tenant"], name="job_state_tenant", condition=~models.Q(state="READY")),
-            # The admin's key search is a prefix match (`key LIKE 'abc%'`):
-            # on PostgreSQL this operator class lets a btree serve it. A key
-            # never changes, so the index costs nothing on state changes.
-            models.Index(fields=["key"], name="job_key_prefix", opclasses=["varchar_pattern_ops"]),
+            # No index on `key` alone, nor a trigram index over finished
+            # rows: every claim and finish writes a new row version into
+            # each index whose predicate it meets (no HOT update here), so
+            # the key and text searches across states read `JobSearch`,
+            # written once per job (migration 0015).
+
             # Retention (jobs.retention): finished jobs oldest first, and those
             # whose bodies are still to be redacted; live rows are not in them.
             models.Index(fields=["finished_at", "id"], name="job_finished",
@@ -95,8 +99,8 @@ class Job(models.Model):
                          condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
             # The console's queues: one state's items oldest first (a page is
             # the index's first rows), and the age filter as a range of it.
-            # The text search's trigram index (PostgreSQL) is created in the
-            # migration that adds `search_text`.
+            # The queues' text search has its trigram index (PostgreSQL,
+            # `job_search_queue_trgm`) from the migration that adds `search_text`.
             models.Index(fields=["state", "updated_at", "id"], name="job_queue_order",
                          condition=models.Q(state__in=["WAITING_REVIEW", "NEEDS_ATTENTION"])),
             # "My items" and the assignee filter: only assigned rows are in it.
@@ -112,6 +116,37 @@ class Job(models.Model):
 
     def __str__(self):
         return f"{self.tenant}/{self.key} [{self.state}]"
+
+
+class JobSearch(models.Model):
+    """What the job list's search and the key lookups without a tenant read
+    (jobs.search): a job's key and search text, one row per job, written
+    with the job when it is created and when a reviewer corrects it — never
+    by a state change, so the worker's claim and finish write no entry in
+    these indexes. A copy of `Job.key` and `Job.search_text`, which the
+    queues keep reading on the job itself (`job_search_queue_trgm`).
+
+    Served by `jobsearch_key_prefix` (a key's start, or the whole key) and,
+    on PostgreSQL, the trigram GIN index `jobsearch_text_trgm` over every
+    row (migration 0015). No database constraint and no cascade: the engine
+    deletes a job's row with the job (`jobs.retention`), as it does its
+    history."""
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.DO_NOTHING, related_name="search",
+                               db_constraint=False)
+    tenant = models.CharField(max_length=64)
+    key = models.CharField(max_length=200)
+    search_text = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # `key LIKE 'abc%'` and `key = '…'`: this operator class lets a
+            # btree serve both on PostgreSQL, whatever the collation.
+            models.Index(fields=["key"], name="jobsearch_key_prefix", opclasses=["varchar_pattern_ops"]),
+        ]
+
+    def __str__(self):
+        return f"search row of {self.tenant}/{self.key}"
 
 
 class JobEvent(models.Model):

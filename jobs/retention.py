@@ -10,9 +10,9 @@ never holds a long transaction, and it never locks READY rows, so the queue
 keeps flowing while it runs):
 
 1. **Deletion** — DONE and CANCELLED jobs finished more than
-   `JOBS_RETENTION_DAYS` ago are deleted with their history, timers, applied
-   inbound events, and the rows registered apps tie to them (external calls
-   and their receipts).
+   `JOBS_RETENTION_DAYS` ago are deleted with their history, search rows,
+   timers, applied inbound events, and the rows registered apps tie to them
+   (external calls and their receipts).
 2. **Redaction** — DONE and CANCELLED jobs finished more than
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
    registered apps, the request bodies of their external calls) replaced by a marker;
@@ -51,7 +51,7 @@ from django.db.models import ProtectedError, Q
 from django.db.utils import IntegrityError
 
 from .clock import Clock
-from .models import InboundEvent, Job, Timer
+from .models import InboundEvent, Job, JobSearch, Timer
 from .partitions import history_delete, history_partitioned, history_partitions_drop, history_partitions_ensure
 from .selectors import FINISHED
 
@@ -368,6 +368,8 @@ def _delete_jobs(ids: list[int]) -> Counter:
     deleted["jobs.InboundEvent"] += InboundEvent.objects.filter(job_id__in=ids).delete()[0]
     deleted["jobs.Timer"] += Timer.objects.filter(job_id__in=ids).delete()[0]
     deleted["jobs.JobEvent"] += history_delete(ids)
+    # Their search rows (jobs.search): no constraint ties them to the job.
+    deleted["jobs.JobSearch"] += JobSearch.objects.filter(job_id__in=ids).delete()[0]
     # The ORM delete honours every other foreign key to Job (PROTECT raises).
     # Only the ids: the collector needs instances, not their columns.
     _, by_model = Job.objects.filter(id__in=ids, state__in=FINISHED).only("id").delete()

@@ -1,33 +1,42 @@
 """The console's text search over jobs (DESIGN §16): what a job's
-`search_text` holds, and the one query that reads it.
+`search_text` holds, and the queries that read it.
 
 `search_text` is the key, the subject, the proposer, the proposal's
 rationale and the payload fields the job's action declares searchable
 (`@action(searchable=…)`), case-folded, joined by newlines. It is written
 when the job is created (`Store.enqueue_once`, `enqueue_many`) and when a
-reviewer corrects its payload, never by a page. A search is
-`search_text LIKE '%term%'` on the case-folded term, served on PostgreSQL
-by two partial trigram GIN indexes (migration 0009): `job_search_queue_trgm`
-over the queues' items (WAITING_REVIEW, NEEDS_ATTENTION) — a queue's search
-names its state, so it reads its own rows' posting lists only — and
-`job_search_rest_trgm` over the other rows at rest (finished, waiting
-outside). READY and LEASED rows are in neither (every claim and renewal
-would otherwise write the row's trigrams again): the job list finds them by
-the start of their key (`job_key_prefix`), the index scans OR-ed
-(`jobs_matching(…, every_state=True)`). A term of fewer than three
-characters has no trigram and is refused by the console rather than
-scanning the table.
+reviewer corrects its payload, never by a page, and kept in two places:
+
+- on the job (`Job.search_text`) for the queues: a queue's search names its
+  state, served on PostgreSQL by the partial trigram GIN index
+  `job_search_queue_trgm` over the queues' items (WAITING_REVIEW,
+  NEEDS_ATTENTION), so it reads its own rows' posting lists only;
+- in the job's `JobSearch` row, with its key, for the job list and the key
+  lookups without a tenant: the trigram GIN index `jobsearch_text_trgm`
+  over every row, whatever the job's state, and the btree
+  `jobsearch_key_prefix` on the key (migration 0015). That row is written
+  with the job and never by a state change: the worker's claim and finish
+  update jobs_job, whose indexes they must all write (no HOT update there),
+  and no longer pay a trigram or key entry for the search.
+
+A search is `LIKE '%term%'` on the case-folded term. A term of fewer than
+three characters has no trigram and is refused by the queues rather than
+scanning the table; the job list takes it as the start of a key
+(`jobs_with_key_prefix`).
+
+A job whose `JobSearch` row is missing (a row inserted by hand, not through
+the Store) is still found by the queues' search, not by the job list's.
 """
 
 import logging
 from datetime import timedelta
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from .actions import action_spec
-from .states import State
+from .models import JobSearch
 
-__all__ = ["search_text_for", "jobs_matching", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
+__all__ = ["search_text_for", "jobs_matching", "jobs_with_key_prefix", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +71,27 @@ def search_text_for(job, *, proposed_by: str = "", rationale: str = "") -> str:
     return "\n".join(p for p in parts if p).casefold()[:_TEXT_MAX]
 
 
-QUEUE_STATES = (State.WAITING_REVIEW, State.NEEDS_ATTENTION)
-# The states whose rows neither trigram index holds (the engine's hot path).
-UNINDEXED_STATES = (State.READY, State.LEASED)
-
-
 def jobs_matching(jobs: QuerySet, term: str, *, every_state: bool = False) -> QuerySet:
     """`jobs` whose search text contains `term`, case-insensitively. For a
-    queue (the caller narrows `jobs` to its state): served by
-    `job_search_queue_trgm`. With `every_state` (the job list): each index's
-    rows by their own arm, and READY and LEASED jobs by a key starting with
-    `term` (`job_key_prefix`). The caller checks the term's length."""
-    contains = Q(search_text__contains=term.strip().casefold())
+    queue (the caller narrows `jobs` to its state): the job's own text,
+    served by `job_search_queue_trgm`. With `every_state` (the job list):
+    the jobs whose `JobSearch` row matches, in any state, served by
+    `jobsearch_text_trgm` and the primary key. The caller checks the term's
+    length."""
+    folded = term.strip().casefold()
     if not every_state:
-        return jobs.filter(contains)
-    return jobs.filter((contains & Q(state__in=QUEUE_STATES))
-                       | (contains & ~Q(state__in=(*UNINDEXED_STATES, *QUEUE_STATES)))
-                       | Q(key__startswith=term.strip()))
+        return jobs.filter(search_text__contains=folded)
+    # A semi-join and nothing OR-ed with it: PostgreSQL then either looks the
+    # matches up by primary key or, for a common term, walks the page's ids
+    # and probes the search rows. An OR with the queues' own index (a job
+    # without a search row) would be a filter on every row of jobs_job, or
+    # an array of every match (four times slower for a term in 1 job of 20).
+    return jobs.filter(id__in=JobSearch.objects.filter(search_text__contains=folded).values("job_id"))
+
+
+def jobs_with_key_prefix(jobs: QuerySet, prefix: str) -> QuerySet:
+    """`jobs` whose key starts with `prefix` (case-sensitively on
+    PostgreSQL), whatever their tenant, through the `JobSearch` rows
+    (`jobsearch_key_prefix`)."""
+    return jobs.filter(id__in=JobSearch.objects.filter(key__startswith=prefix).values("job_id"))
+

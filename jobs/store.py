@@ -29,7 +29,7 @@ from . import notify
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
-from .models import Job, JobEvent
+from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
 from .search import search_text_for
 from .selectors import expired_leases, is_eligible, lease_expired, waits_due
@@ -66,6 +66,7 @@ def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -
 _EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at"
 # The row that ends an attempt also records when the attempt was claimed.
 _ATTEMPT_COLUMNS = _EVENT_COLUMNS + ", claimed_at"
+_SEARCH_COLUMNS = "job_id, tenant, key, search_text"
 
 # The fence: which rows a worker's write may touch (served by the unique
 # index on (tenant, key)).
@@ -116,6 +117,13 @@ def _storable(value):
     if value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
         return value
     return storable_text(value if isinstance(value, str) else repr(value))
+
+
+def _search_row_rewrite(job: Job, search_text: str) -> None:
+    """The job list's copy of a corrected job's text (jobs.search), in the
+    correction's transaction; a job that had no row gets one."""
+    if not JobSearch.objects.filter(job_id=job.pk).update(search_text=search_text):
+        JobSearch.objects.create(job_id=job.pk, tenant=job.tenant, key=job.key, search_text=search_text)
 
 
 def _is_postgres() -> bool:
@@ -213,6 +221,8 @@ class Store:
                 rationale = (proposal.get("rationale") if isinstance(proposal, dict) else None) or reason
                 job.search_text = search_text_for(job, proposed_by=actor, rationale=rationale)
                 job.save(force_insert=True)
+                # The job list's search row, once: no state change writes it again.
+                JobSearch.objects.create(job_id=job.id, tenant=tenant, key=key, search_text=job.search_text)
                 self._append_event(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
                           detail={**(detail or {}), "action": action})
                 if state == State.READY:
@@ -277,14 +287,18 @@ class Store:
                 proposed_by, search_text)
             VALUES {", ".join([row] * len(specs))}
             ON CONFLICT (tenant, key) DO NOTHING
-            RETURNING id, created_at
+            RETURNING id, created_at, tenant, key, search_text
         """
         event = "'enqueue', '', 'READY', 0, '', %s, '', '{}'"
         with transaction.atomic(), connection.cursor() as cursor:
             if _is_postgres():
+                # One statement: the jobs, their search rows (jobs.search)
+                # and their creation events.
                 cursor.execute(
-                    f"WITH inserted AS ({insert}) INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) "
-                    f"SELECT id, {event}, created_at FROM inserted",
+                    f"WITH inserted AS ({insert}), "
+                    f"searchable AS (INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) "
+                    f"SELECT id, tenant, key, search_text FROM inserted) "
+                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted",
                     [*params, actor],
                 )
                 return cursor.rowcount
@@ -293,7 +307,11 @@ class Store:
             if inserted:
                 cursor.executemany(
                     f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, {event}, %s)",
-                    [(job_id, actor, created_at) for job_id, created_at in inserted],
+                    [(job_id, actor, created_at) for job_id, created_at, *_ in inserted],
+                )
+                cursor.executemany(
+                    f"INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) VALUES (%s, %s, %s, %s)",
+                    [(job_id, tenant, key, text) for job_id, _, tenant, key, text in inserted],
                 )
             return len(inserted)
 
@@ -682,6 +700,7 @@ class Store:
                 job.payload = changes["payload"]
                 lines = dict.fromkeys([*job.search_text.split("\n"), *search_text_for(job).split("\n")])
                 changes["search_text"] = "\n".join(line for line in lines if line)
+                _search_row_rewrite(job, changes["search_text"])
             if finished:
                 changes["finished_at"] = clock.plus(0)
             self._write(job, name, target, clock, changes, actor=actor, reason=reason, detail=detail)

@@ -77,7 +77,7 @@ from django_tasks.utils import get_exception_traceback, get_module_path, normali
 
 from .actions import action
 from .errors import NeedsAttention, TransientError
-from .models import Job, JobEvent
+from .models import Job, JobEvent, JobSearch
 from .states import State
 from .store import Store
 from .validation import JOB_FIELD_LIMITS, json_problem, text_problem
@@ -254,12 +254,14 @@ class DurableBackend(BaseTaskBackend):
 
 def _job_of(result_id) -> Job | None:
     """The job of a result id: a UUID (or, from before, `<queue>:<uuid hex>`).
-    Served by the index on `key` (`job_key_prefix`)."""
+    The key is known, not the tenant: served by the index on the jobs' keys
+    (`JobSearch`, `jobsearch_key_prefix`), not by jobs_job's (tenant, key)."""
     try:
         ref = uuid.UUID(str(result_id).rpartition(":")[2])
     except ValueError:
         return None
-    return Job.objects.filter(key=f"task-{ref.hex}", action=ACTION).order_by("id").first()
+    keyed = JobSearch.objects.filter(key=f"task-{ref.hex}").values("job_id")
+    return Job.objects.filter(id__in=keyed, action=ACTION).order_by("id").first()
 
 
 def _result_events(job: Job) -> list[JobEvent]:

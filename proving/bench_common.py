@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent, ReadyTenant, ReviewDeadline
+from jobs.models import Job, JobEvent, JobSearch, ReadyTenant, ReviewDeadline
 
 # Bulk rows are spread over many tenants, as a production table's are.
 BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
@@ -19,13 +19,13 @@ BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
 
 
 def delete_tenants(tenants: list[str]) -> None:
-    """Delete the jobs of exactly these tenants, their history, review
-    clocks and ready-tenant rows, a thousand tenants per transaction."""
+    """Delete the jobs of exactly these tenants, their history, search rows,
+    review clocks and ready-tenant rows, a thousand tenants per transaction."""
     for start in range(0, len(tenants), 1000):
         chunk = tenants[start : start + 1000]
         with transaction.atomic(), connection.cursor() as cursor:
             tenants_sql, params = in_list(chunk)
-            for table in (JobEvent._meta.db_table, ReviewDeadline._meta.db_table):
+            for table in (JobEvent._meta.db_table, JobSearch._meta.db_table, ReviewDeadline._meta.db_table):
                 cursor.execute(
                     f"DELETE FROM {table} WHERE job_id IN "
                     f"(SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))",
@@ -41,29 +41,33 @@ def in_list(values: list[str]) -> tuple[str, list[str]]:
 
 
 def bulk_load(state: str, rows: int) -> None:
-    """`rows` jobs in `state`, spread over the bulk tenants: one server-side
-    INSERT … SELECT on PostgreSQL, chunked executemany on SQLite. Half of the
-    WAITING rows have a wake-up time a month away (timers that have not
-    come due)."""
+    """`rows` jobs in `state`, spread over the bulk tenants, each with its
+    search row as the Store writes it (the key is its whole search text):
+    one server-side INSERT … SELECT on PostgreSQL, chunked executemany on
+    SQLite. Half of the WAITING rows have a wake-up time a month away (timers
+    that have not come due)."""
     waiting = state.startswith("WAITING")
     reason = "bench: waiting for a reply" if waiting else ""
     table = Job._meta.db_table
     columns = (
         "tenant, key, action, subject_type, subject_id, payload, state, priority, attempts, max_attempts, "
         "first_attempt_at, recoveries, lease_epoch, worker_id, wait_reason, wake_at, last_error, "
-        "created_at, updated_at, finished_at"
+        "created_at, updated_at, finished_at, search_text"
     )
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"""
+                WITH inserted AS (
                 INSERT INTO {table} ({columns})
                 SELECT 'bench-bulk-' || lpad((g %% {len(BULK_TENANTS)})::text, 2, '0'), %(prefix)s || g,
                        'jobs.noop', '', '', '{{}}'::jsonb, %(state)s, 0, 1, 5,
                        now() - interval '1 hour', 0, 1, '', %(reason)s,
                        CASE WHEN %(waiting)s AND g %% 2 = 0 THEN now() + interval '30 days' END, '',
-                       now() - interval '1 hour', now(), CASE WHEN %(done)s THEN now() END
+                       now() - interval '1 hour', now(), CASE WHEN %(done)s THEN now() END, %(prefix)s || g
                 FROM generate_series(1, %(rows)s) AS g
+                RETURNING id, tenant, key, search_text)
+                {SEARCH_ROWS_OF_INSERTED}
                 """,
                 {"prefix": f"bulk-{state.lower()}-", "state": state, "reason": reason, "waiting": waiting,
                  "done": state == "DONE", "rows": rows},
@@ -73,15 +77,38 @@ def bulk_load(state: str, rows: int) -> None:
         hour_ago = connection.ops.adapt_datetimefield_value(now - timedelta(hours=1))
         wake = connection.ops.adapt_datetimefield_value(now + timedelta(days=30))
         stamp = connection.ops.adapt_datetimefield_value(now)
-        insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * 20)})"
+        insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * 21)})"
         chunk = 10_000
+        loaded_after = search_rows_mark(cursor)
         for start in range(0, rows, chunk):
             cursor.executemany(insert, [
                 (BULK_TENANTS[g % len(BULK_TENANTS)], f"bulk-{state.lower()}-{g}", "jobs.noop", "", "", "{}",
                  state, 0, 1, 5, hour_ago, 0, 1, "", reason, wake if waiting and g % 2 == 0 else None, "",
-                 hour_ago, stamp, stamp if state == "DONE" else None)
+                 hour_ago, stamp, stamp if state == "DONE" else None, f"bulk-{state.lower()}-{g}")
                 for g in range(start + 1, min(rows, start + chunk) + 1)
             ])
+        search_rows_add(cursor, loaded_after)
+
+
+# The search rows (jobs.JobSearch) of the jobs a data-modifying CTE named
+# `inserted` (RETURNING id, tenant, key, search_text) has just inserted:
+# PostgreSQL's loaders write them in the same statement, as enqueue_many does.
+SEARCH_ROWS_OF_INSERTED = (f"INSERT INTO {JobSearch._meta.db_table} (job_id, tenant, key, search_text) "
+                           "SELECT id, tenant, key, search_text FROM inserted")
+
+
+def search_rows_mark(cursor) -> int:
+    """The highest job id before a load (SQLite: `search_rows_add` then
+    copies the rows after it, which the load's transaction alone wrote)."""
+    cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {Job._meta.db_table}")
+    return cursor.fetchone()[0]
+
+
+def search_rows_add(cursor, loaded_after: int) -> None:
+    """The search rows of the jobs loaded since `search_rows_mark`, in one
+    INSERT … SELECT."""
+    cursor.execute(f"INSERT INTO {JobSearch._meta.db_table} (job_id, tenant, key, search_text) "
+                   f"SELECT id, tenant, key, search_text FROM {Job._meta.db_table} WHERE id > %s", [loaded_after])
 
 
 def tidy() -> None:
@@ -92,10 +119,8 @@ def tidy() -> None:
     blocks other sessions' reads or writes. SQLite: ANALYZE only (its VACUUM
     rewrites the whole file)."""
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"VACUUM (ANALYZE) {Job._meta.db_table}")
-        else:
-            cursor.execute(f"ANALYZE {Job._meta.db_table}")
+        for name in (Job._meta.db_table, JobSearch._meta.db_table):
+            cursor.execute(f"VACUUM (ANALYZE) {name}" if connection.vendor == "postgresql" else f"ANALYZE {name}")
 
 
 # ---------------------------------------------------------------- the table

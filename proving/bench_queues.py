@@ -19,7 +19,8 @@ from django.db import connection, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from .bench_common import BULK_TENANTS, delete_tenants, table, tidy, verdict
+from .bench_common import (BULK_TENANTS, SEARCH_ROWS_OF_INSERTED, delete_tenants, search_rows_add, search_rows_mark,
+                           table, tidy, verdict)
 
 TARGET_QUEUE_MS = 300.0
 REQUESTS = 9
@@ -52,8 +53,9 @@ def _state_sql(g: str) -> str:
 
 
 def queue_load(rows: int) -> None:
-    """`rows` jobs over the bulk tenants (see the module's docstring): one
-    INSERT … SELECT on PostgreSQL, chunked executemany on SQLite."""
+    """`rows` jobs over the bulk tenants (see the module's docstring), each
+    with its search row as the Store writes it: one INSERT … SELECT on
+    PostgreSQL, chunked executemany on SQLite."""
     table_name = "jobs_job"
     columns = ("tenant, key, action, subject_type, subject_id, payload, state, priority, attempts, max_attempts, "
                "recoveries, lease_epoch, worker_id, wait_reason, wait_provider, last_error, created_at, updated_at, "
@@ -62,6 +64,7 @@ def queue_load(rows: int) -> None:
         if connection.vendor == "postgresql":
             state = _state_sql("g")
             cursor.execute(f"""
+                WITH inserted AS (
                 INSERT INTO {table_name} ({columns})
                 SELECT 'bench-bulk-' || lpad(((g / 7) %% {len(BULK_TENANTS)})::text, 2, '0'), 'bench-queue-' || g,
                        'jobs.noop', 'company.invoice', g::text, '{{}}'::jsonb, {state}, 0, 1, 5, 0, 1, '',
@@ -70,7 +73,9 @@ def queue_load(rows: int) -> None:
                        CASE WHEN {state} = 'DONE' THEN now() END, 'agent:bench-' || (g %% 20),
                        'bench-queue-' || g || E'\\ncompany.invoice:' || g || E'\\nagent:bench-' || (g %% 20)
                        || E'\\ncustomer-' || g || '@example.com' || E'\\nreminder: invoice inv-' || g
-                FROM generate_series(1, %s) AS g""", [rows])
+                FROM generate_series(1, %s) AS g
+                RETURNING id, tenant, key, search_text)
+                {SEARCH_ROWS_OF_INSERTED}""", [rows])
             return
         from datetime import timedelta
 
@@ -78,6 +83,7 @@ def queue_load(rows: int) -> None:
 
         now = timezone.now()
         insert = f"INSERT INTO {table_name} ({columns}) VALUES ({', '.join(['%s'] * 21)})"
+        loaded_after = search_rows_mark(cursor)
         for start in range(0, rows, 10_000):
             batch = []
             for g in range(start + 1, min(rows, start + 10_000) + 1):
@@ -89,6 +95,7 @@ def queue_load(rows: int) -> None:
                               f"bench-queue-{g}\ncompany.invoice:{g}\nagent:bench-{g % 20}\n"
                               f"customer-{g}@example.com\nreminder: invoice inv-{g}"))
             cursor.executemany(insert, batch)
+        search_rows_add(cursor, loaded_after)
 
 
 def _timed(view, path: str, query: dict, user) -> tuple[float, int, object]:
@@ -142,14 +149,21 @@ def queues_bench(rows: int, *, progress: Callable[[str], None]) -> tuple[list[Qu
              {"tenant": BULK_TENANTS[3], "age": "1d", "page": "3"}),
             ("attention queue, first page", attention, "/admin/console/attention/", {}),
             ("job list: q = one recipient", job_list, "/admin/jobs/job/", {"q": f"customer-{picked}@example"}),
+            # A finished job's: the one above waits for review, where the
+            # queues' own index can answer.
+            ("job list: q = a finished job's recipient", job_list, "/admin/jobs/job/",
+             {"q": f"customer-{picked + 4}@example"}),
+            ("job list: q = a proposer (1 in 20)", job_list, "/admin/jobs/job/", {"q": "agent:bench-13"}),
         ]:
             progress(f"queues: {REQUESTS} requests, {label}")
             timings, count, matched = [], 0, None
             for _ in range(REQUESTS + 2):  # two warm-ups
                 elapsed, count, response = _timed(view, path, query, user)
                 timings.append(elapsed)
-            page = response.context_data.get("page") if hasattr(response, "context_data") else None
-            matched = page.paginator.count if page is not None else None
+            context = response.context_data if hasattr(response, "context_data") else {}
+            page, changelist = context.get("page"), context.get("cl")
+            matched = (page.paginator.count if page is not None
+                       else changelist.result_count if changelist is not None else None)
             timings = timings[2:]
             cases.append(QueueCase(label, total, statistics.median(timings), max(timings), count, matched))
         return cases, _bulk_case(user, progress)

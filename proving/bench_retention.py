@@ -1,8 +1,8 @@
 """`manage.py bench_retention`: what retention costs while workers run.
 
 1. Loads `jobs` DONE jobs of tenant `bench-retention`, finished 400 days ago,
-   each with `events` history rows (one server-side INSERT … SELECT on
-   PostgreSQL). On PostgreSQL their history lands in day partitions created
+   each with its search row and `events` history rows (server-side
+   INSERT … SELECT on PostgreSQL). On PostgreSQL their history lands in day partitions created
    for that day (`--history default` puts it in the default partition
    instead: the row-delete path, as on SQLite).
 2. Runs `work` no-op jobs through `processes` real workers alone
@@ -30,7 +30,7 @@ from jobs.partitions import history_partitioned, history_partitions_ensure
 from jobs.store import JobSpec, Store
 
 from .bench import BENCH_ACTION, ROOT, BenchError, WorkerFleet, _wait_done, database_url
-from .bench_common import delete_tenants
+from .bench_common import SEARCH_ROWS_OF_INSERTED, delete_tenants
 
 TENANT = "bench-retention"
 TENANT_WORK = "bench-retention-work"
@@ -50,14 +50,18 @@ def load(jobs: int, events: int, *, partitioned_history: bool) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             raise BenchError("bench_retention loads its rows with generate_series: PostgreSQL only")
+        # Each job with its search row, as the Store writes them.
         cursor.execute(
-            """
+            f"""
+            WITH inserted AS (
             INSERT INTO jobs_job (tenant, key, action, subject_type, subject_id, payload, state, priority,
                                   attempts, max_attempts, first_attempt_at, recoveries, lease_epoch, worker_id,
-                                  wait_reason, last_error, created_at, updated_at, finished_at)
-            SELECT %(tenant)s, 'ret-' || g, 'jobs.noop', '', '', '{"to": "someone@example.com"}'::jsonb, 'DONE',
-                   0, 1, 5, %(at)s, 0, 1, 'w', '', '', %(at)s, %(at)s, %(at)s + g * interval '1 ms'
+                                  wait_reason, last_error, created_at, updated_at, finished_at, search_text)
+            SELECT %(tenant)s, 'ret-' || g, 'jobs.noop', '', '', '{{"to": "someone@example.com"}}'::jsonb, 'DONE',
+                   0, 1, 5, %(at)s, 0, 1, 'w', '', '', %(at)s, %(at)s, %(at)s + g * interval '1 ms', 'ret-' || g
             FROM generate_series(1, %(jobs)s) AS g
+            RETURNING id, tenant, key, search_text)
+            {SEARCH_ROWS_OF_INSERTED}
             """, {"tenant": TENANT, "at": finished, "jobs": jobs})
         cursor.execute(
             """

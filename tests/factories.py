@@ -13,20 +13,35 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from company.models import Membership, Tenant
-from jobs.models import InboundEvent, Job, OutboxEvent, Timer
+from jobs.models import InboundEvent, Job, JobSearch, OutboxEvent, Timer
+from jobs.search import search_text_for
 from operations.models import ConnectorPause, Operation, OperationState, Receipt, ReceiptHow
 
 
+class JobSearchFactory(factory.django.DjangoModelFactory):
+    """A job's search row (jobs.search), as the Store writes it with the job."""
+
+    class Meta:
+        model = JobSearch
+
+    tenant = factory.LazyAttribute(lambda row: row.job.tenant)
+    key = factory.LazyAttribute(lambda row: row.job.key)
+    search_text = factory.LazyAttribute(lambda row: row.job.search_text or search_text_for(row.job))
+
+
 class JobFactory(factory.django.DjangoModelFactory):
-    """A READY job row with no history; only a stand-in where a test needs a
-    job to hang another row on. A test of the engine enqueues through the Store."""
+    """A READY job row with no history (and its search row); only a stand-in
+    where a test needs a job to hang another row on. A test of the engine
+    enqueues through the Store."""
 
     class Meta:
         model = Job
+        skip_postgeneration_save = True
 
     tenant = "studio"
     key = factory.Sequence(lambda n: f"job-{n:05d}")
     action = "jobs.noop"
+    search = factory.RelatedFactory(JobSearchFactory, factory_related_name="job")
 
 
 # ---------------------------------------------------------------- operations

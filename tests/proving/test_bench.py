@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from proving.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
-from jobs.models import Job
+from jobs.models import Job, JobSearch
 from jobs.store import Store
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -30,6 +30,8 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
         assert section in out, out
     assert "1 process" in out
     assert "bulk approve of 500 items through the single-decision path: 500 decided" in out, out
+    # The queues' rows are loaded with their search rows: the job list finds its one recipient.
+    assert re.search(r"job list: q = one recipient +1 ", out), out
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
     # The lease cap's rows: the same work over 10 tenants, uncapped then capped.
     assert "1 process, 10 tenants" in out and "1 process, 10 tenants, lease cap 2" in out
@@ -42,6 +44,7 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
         assert "n/a" in out  # no reference loop on SQLite
 
     assert not Job.objects.filter(tenant__in=BENCH_TENANTS).exists()
+    assert not JobSearch.objects.filter(tenant__in=BENCH_TENANTS).exists()
     assert REFERENCE_TABLE not in connection.introspection.table_names()
     # The user's jobs are untouched: still there, still READY (bench workers
     # only claim the bench's tenants).
