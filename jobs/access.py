@@ -162,6 +162,15 @@ def sees_sensitive(tenant: str, *, scope: Scope) -> bool:
     return scope.role(tenant) in SEES_SENSITIVE
 
 
+def masked_tenants(scope: Scope) -> list[str]:
+    """The tenants of `scope` whose sensitive fields its holder reads masked
+    (`sees_sensitive` is false): their texts must not answer a search either,
+    or a viewer could find which job holds a masked address."""
+    if scope.everything:
+        return []
+    return sorted(tenant for tenant in scope.roles if not sees_sensitive(tenant, scope=scope))
+
+
 def refusal(user, decision: str, *, tenant: str, state: str | None = None, scope: Scope | None = None) -> str:
     """Why `user` may not take `decision` on an object of `tenant` in `state`
     ("" when they may). `state=None` skips the state check (tenant-level

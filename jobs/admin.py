@@ -189,7 +189,8 @@ class JobAdmin(ScopedAdmin):
             return queryset, False
         if len(term) < SEARCH_MIN_CHARS:
             return jobs_with_key_prefix(queryset, term), False
-        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS], every_state=True), False
+        return jobs_matching(queryset, term[:SEARCH_MAX_CHARS], every_state=True,
+                             masked=access.masked_tenants(access.request_scope(request))), False
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)

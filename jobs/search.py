@@ -31,7 +31,7 @@ the Store) is still found by the queues' search, not by the job list's.
 import logging
 from datetime import timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from .actions import action_spec
 from .models import JobSearch
@@ -71,14 +71,24 @@ def search_text_for(job, *, proposed_by: str = "", rationale: str = "") -> str:
     return "\n".join(p for p in parts if p).casefold()[:_TEXT_MAX]
 
 
-def jobs_matching(jobs: QuerySet, term: str, *, every_state: bool = False) -> QuerySet:
+def jobs_matching(jobs: QuerySet, term: str, *, every_state: bool = False, masked: list[str] = ()) -> QuerySet:
     """`jobs` whose search text contains `term`, case-insensitively. For a
     queue (the caller narrows `jobs` to its state): the job's own text,
     served by `job_search_queue_trgm`. With `every_state` (the job list):
     the jobs whose `JobSearch` row matches, in any state, served by
-    `jobsearch_text_trgm` and the primary key. The caller checks the term's
-    length."""
+    `jobsearch_text_trgm` and the primary key. In the `masked` tenants
+    (`access.masked_tenants`: the reader sees their sensitive fields masked)
+    only the start of a job's key is matched: the search text holds those
+    fields in clear, and must not tell a viewer which job holds a value.
+    The caller checks the term's length."""
     folded = term.strip().casefold()
+    if masked:
+        if not every_state:
+            return jobs.filter((Q(search_text__contains=folded) & ~Q(tenant__in=masked))
+                               | (Q(key__startswith=term.strip()) & Q(tenant__in=masked)))
+        rows = JobSearch.objects.filter((Q(search_text__contains=folded) & ~Q(tenant__in=masked))
+                                        | (Q(key__startswith=term.strip()) & Q(tenant__in=masked)))
+        return jobs.filter(id__in=rows.values("job_id"))
     if not every_state:
         return jobs.filter(search_text__contains=folded)
     # A semi-join and nothing OR-ed with it: PostgreSQL then either looks the

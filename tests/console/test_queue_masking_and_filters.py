@@ -54,3 +54,30 @@ def test_a_review_without_due_time_or_four_eyes_shows_no_empty_time_section(clie
     job = make_job("plain", "WAITING_REVIEW")
     client.force_login(people["reviewer"])
     assert "Time and approvals" not in client.get(f"/admin/console/jobs/{job.pk}/").content.decode()
+
+
+def test_a_viewer_cannot_find_a_job_by_a_value_they_read_masked(client, people):
+    """The search text holds the recipient in clear; a viewer's search must not
+    say which job holds an address they only ever see masked. The key still
+    finds it; reviewers and operators search everything."""
+    Store().enqueue("studio", "remind-ana", action="connectors.send_email", payload=EMAIL,
+                    review=f"proposed by agent:ada: remind {ADDRESS}")
+    make_job("attn-ana", "NEEDS_ATTENTION", action="connectors.send_email", payload=EMAIL)
+    Job.objects.filter(key="attn-ana").update(last_error=f"550 {ADDRESS}: no such mailbox")
+
+    def found(role, url, **query):
+        client.force_login(people[role])
+        page = client.get(url, query)
+        assert page.status_code == 200
+        return ("remind-ana" in page.content.decode(), "attn-ana" in page.content.decode())
+
+    for url in ("/admin/console/review/", "/admin/console/attention/", "/admin/jobs/job/"):
+        assert found("viewer", url, q="ana-secret") == (False, False), url
+        assert found("viewer", url, q="remind-an" if "attention" not in url else "attn-an") != (False, False), url
+    assert found("reviewer", "/admin/console/review/", q="ana-secret") == (True, False)
+    assert found("operator", "/admin/console/attention/", q="ana-secret") == (False, True)
+    assert found("operator", "/admin/jobs/job/", q="ana-secret") == (True, True)
+    # The queues' reason filter reads the same text: a viewer's finds nothing masked.
+    assert found("viewer", "/admin/console/review/", reason="ana-secret") == (False, False)
+    assert found("viewer", "/admin/console/attention/", reason="ana-secret") == (False, False)
+    assert found("reviewer", "/admin/console/review/", reason="ana-secret") == (True, False)
