@@ -155,6 +155,9 @@ class Worker:
         self._work = threading.Condition()
         self._generation = 0
         self._idle_slots = 0
+        # Idle slots by the generation they last claimed at: a slot offered
+        # work it has not yet woken up to claim is idle only in name.
+        self._idle_seen: Counter[int] = Counter()
         self._lock = threading.Lock()  # guards _running and stats
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
@@ -338,8 +341,12 @@ class Worker:
             self._wake.wait(timeout, listener)
 
     def _all_idle(self) -> bool:
+        """Every slot sleeps, having found nothing since the last offer of
+        work (`--until-idle` stops only then: a slot woken for a lease just
+        recovered, a wait just ended, may not have claimed it yet)."""
         with self._work:
-            return self._idle_slots == self.config.concurrency and not self._running
+            current = all(generation == self._generation for generation in self._idle_seen)
+            return self._idle_slots == self.config.concurrency and not self._running and current
 
     def _db_backoff(self, exc: Exception, failures: int, *, lease_left: float | None = None,
                     sleep: bool = True) -> float:
@@ -470,12 +477,16 @@ class Worker:
         was claiming is not lost."""
         with self._work:
             self._idle_slots += 1
+            self._idle_seen[seen] += 1
             if self._generation == seen and not self._stopping.is_set():
                 self._wake.set()  # the main thread may decide the worker is idle
                 # Full jitter on the poll keeps a fleet of idle workers from
                 # polling in lock-step; NOTIFY wakes it sooner.
                 self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))
             self._idle_slots -= 1
+            self._idle_seen[seen] -= 1
+            if not self._idle_seen[seen]:
+                del self._idle_seen[seen]
 
     def _run_job(self, number: int, job: Job, ctx: JobContext | None = None) -> None:
         cfg = self.config

@@ -269,3 +269,38 @@ def test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_wh
     # Both attempts' rows carry their claims, each before its end.
     for event in done.events.exclude(claimed_at=None):
         assert event.claimed_at <= event.created_at
+
+
+class _SlowToWake(threading.Condition):
+    """A slot thread the scheduler runs late: woken, it takes half a second
+    to get back to claiming (as on a loaded machine), still counted idle."""
+
+    def wait(self, timeout=None):
+        woke = super().wait(timeout)
+        self.release()
+        try:
+            time.sleep(0.5)
+        finally:
+            self.acquire()
+        return woke
+
+
+def test_until_idle_waits_for_a_slot_to_claim_the_work_housekeeping_just_made_ready(store):
+    """The main thread's housekeeping ends a wait (the job is READY) and wakes
+    the slots; `--until-idle` must not take a slot that has not yet claimed
+    since for an idle one and stop, leaving the job READY."""
+    store.enqueue("studio", "woken")
+    epoch = store.claim("studio", "woken", "w0")
+    store.wait("studio", "woken", "w0", epoch, reason="a reply or the reminder", wake_at=time.time() - 1)
+    class SlotFirst(Worker):
+        def _maintain(self, **kwargs):
+            # The slot has looked (and found nothing: the job waits) before
+            # the housekeeping ends the wait.
+            wait_for(lambda: self._idle_slots == self.config.concurrency, timeout=30, what="the slot to go idle")
+            return super()._maintain(**kwargs)
+
+    worker = SlotFirst(WorkerConfig(worker_id="w1", until_idle=True, poll_interval=0.05))
+    worker._work = _SlowToWake()
+    worker.run()
+    assert job("woken").state == "DONE"
+    assert worker.stats["claimed"] == 1
