@@ -928,8 +928,8 @@ def render(results: Results) -> str:
     if results.latency:
         first = results.latency[0]
         out.append(f"INSERT → START LATENCY: {len(first.samples_ms)} jobs per row, one every "
-                   f"{results.latency_interval_ms:g} ms, {results.latency_workers} idle workers; enqueue vs claim "
-                   "event, database clock")
+                   f"{results.latency_interval_ms:g} ms, {results.latency_workers} idle workers; the enqueue event "
+                   "vs the first attempt's claimed_at, database clock")
         rows = []
         for lat in results.latency:
             p50 = lat.pct(50)
