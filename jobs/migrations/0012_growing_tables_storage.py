@@ -1,7 +1,7 @@
 """Autovacuum (and fillfactor where updates can be HOT) for the engine's
 tables that grow with the jobs (`jobs.tablestorage`); PostgreSQL only. The
-job table itself is tuned with its claim indexes; the history's day
-partitions get theirs when created (`jobs.partitions`)."""
+job table and the tenant sample get theirs in 0016; the history's day
+partitions theirs when created (`jobs.partitions`)."""
 
 from django.db import migrations
 

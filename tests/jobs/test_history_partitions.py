@@ -116,9 +116,13 @@ def test_the_growing_tables_carry_their_own_autovacuum_and_fillfactor():
     (made,) = history_partitions_ensure(now=day, ahead=0)
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
-                       [["jobs_outboxevent", "operations_operation", "operations_receipt", made, DEFAULT, "jobs_job"]])
+                       [["jobs_outboxevent", "operations_operation", "operations_receipt", made, DEFAULT, "jobs_job",
+                         "jobs_readytenant"]])
         options = {name: set(opts or ()) for name, opts in cursor.fetchall()}
     assert {"fillfactor=90", "autovacuum_vacuum_scale_factor=0.02"} <= options["jobs_outboxevent"]
     assert "fillfactor=90" in options["operations_operation"]
     for insert_only in ("operations_receipt", made, DEFAULT):
         assert "autovacuum_vacuum_insert_scale_factor=0.05" in options[insert_only], insert_only
+    # The job table (two dead versions per job, retention's deletes) and the tenant sample.
+    for churning in ("jobs_job", "jobs_readytenant"):
+        assert "autovacuum_vacuum_scale_factor=0.02" in options[churning], churning
