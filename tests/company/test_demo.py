@@ -95,8 +95,9 @@ def free_port() -> int:
 def test_the_served_demo_streams_its_story_and_says_who_approves_what_where(manage, tmp_path):
     # Written into a pipe, as `make demo | tee log` does — without the
     # PYTHONUNBUFFERED the other tests give their processes.
+    # (Served whatever the caller's environment says: `DEMO_SERVE=0 make demo test`.)
     manage.env = {**{k: v for k, v in manage.env.items() if k != "PYTHONUNBUFFERED"},
-                  "DEMO_STATE_DIR": str(tmp_path / "demo-state")}
+                  "DEMO_STATE_DIR": str(tmp_path / "demo-state"), "DEMO_SERVE": "1"}
     ensure_roles()  # the groups of the migrations (a transactional test before this one flushed them)
     port = free_port()
     demo = manage.start("demo", "--tenant", "story", "--port", str(port))
