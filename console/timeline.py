@@ -21,6 +21,7 @@ from jobs import access
 from jobs.admin import timeline_sources
 from jobs.masking import CLEAR, Masker, job_masker
 from jobs.models import InboundEvent, Job, JobEvent, Timer
+from jobs.states import State
 from operations.models import Operation, OperationEvent, Receipt
 
 PAGE = 50
@@ -88,7 +89,7 @@ def _attempt_entries(job: Job, page: list[JobEvent], *, newest_page: bool) -> li
     entries = [_claim_entry(at=e.claimed_at, epoch=e.epoch, worker=e.worker_id, order=e.id,
                             detail=f"attempt {e.epoch} by {e.worker_id}; ended by {e.kind} at {e.created_at:%Y-%m-%d %H:%M:%S}")
                for e in page if e.claimed_at is not None]
-    if newest_page and job.state == "LEASED" and job.claimed_at is not None:
+    if newest_page and job.state == State.LEASED and job.claimed_at is not None:
         until = f"{job.lease_until:%Y-%m-%d %H:%M:%S}" if job.lease_until else "—"
         entries.append(_claim_entry(at=job.claimed_at, epoch=job.lease_epoch, worker=job.worker_id, order=0,
                                     detail=f"attempt {job.lease_epoch} by {job.worker_id}; running, lease until {until}"))

@@ -32,9 +32,10 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   parameterised lateral primary-key lookup has, whatever the statistics say
   (a table loaded a second ago and one of ten million rows get the same plan).
   A row another claimer took meanwhile fails the state re-check or is skipped.
-- the chosen rows are leased in the same statement. The statement also reports sampled tenants that turned out to
-  have no READY job left; `_prune` removes them from the sample table (one
-  statement after the claim's: the function of migration 0009).
+- the chosen rows are leased in the same statement. The statement also
+  reports sampled tenants that turned out to have no READY job left;
+  `_prune` removes them from the sample table (one statement after the
+  claim's: the function of migration 0009).
 If nothing could be locked (every candidate was taken by concurrent claimers,
 or the sample's work is all scheduled for later) the plain claim runs
 (`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
@@ -122,7 +123,7 @@ _SET_LEASED = """
 # Shared tail of the PostgreSQL statements: lease the candidates. A claim
 # writes no history row: its time, worker and epoch stay on the job row
 # until the row that ends the attempt records them (jobs.models.JobEvent).
-_LEASE_AND_LOG_PG = """
+_LEASE_PG = """
     claimed AS (
         -- The ids as a key condition, never a join: a join with the
         -- candidates could be planned as a hash join over the whole table
@@ -287,7 +288,7 @@ _FAIR_PG = """
         ORDER BY o.position
         LIMIT {limit}
     ),
-""" + _LEASE_AND_LOG_PG + """
+""" + _LEASE_PG + """
     SELECT c.*, g.gone, g.finished, (SELECT count(*) FROM load) AS population FROM (
         -- Sampled tenants without a single READY job: taken out of the sample.
         SELECT ARRAY(
@@ -309,7 +310,7 @@ _GLOBAL_PG = """
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ),
-""" + _LEASE_AND_LOG_PG + """
+""" + _LEASE_PG + """
     SELECT c.*, NULL AS gone, g.finished, {population} AS population
     FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """

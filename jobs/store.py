@@ -902,11 +902,12 @@ class Store:
                 raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
         if not log:
             return
+        # The row names the job's epoch and worker as they were: out of
+        # LEASED, those of the attempt it ends (with its claim).
         ends_attempt = job.state == State.LEASED
-        epoch = job.lease_epoch if ends_attempt else changes.get("lease_epoch", job.lease_epoch)
-        worker = job.worker_id if ends_attempt else changes.get("worker_id", job.worker_id)
-        self._append_event(job.id, name, job.state, target, clock, epoch=epoch, worker_id=worker, actor=actor,
-                           reason=reason, detail=detail, claimed_at=job.claimed_at if ends_attempt else None)
+        self._append_event(job.id, name, job.state, target, clock, epoch=job.lease_epoch, worker_id=job.worker_id,
+                           actor=actor, reason=reason, detail=detail,
+                           claimed_at=job.claimed_at if ends_attempt else None)
 
     def _append_event(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="",
                       actor="", reason="", detail=None, claimed_at=None) -> None:

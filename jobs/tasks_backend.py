@@ -304,8 +304,8 @@ def _task_of(job: Job, identity: dict) -> Task:
 
 def _task_result(job: Job, task: Task, events: list[JobEvent]) -> TaskResult:
     # (when, by whom) of each attempt, oldest first; the one running now is on the job row.
-    attempts = [(e.claimed_at, e.worker_id) if e.claimed_at else (e.created_at, e.worker_id) for e in events
-                if e.claimed_at or e.kind == "claim" or e.kind == "takeover"]
+    attempts = [(e.claimed_at or e.created_at, e.worker_id) for e in events
+                if e.claimed_at or e.kind in ("claim", "takeover")]
     if job.state == State.LEASED and job.claimed_at is not None:
         attempts.append((job.claimed_at, job.worker_id))
     errors = [

@@ -154,7 +154,6 @@ class Worker:
         # generation (new work may exist) or their poll interval passes.
         self._work = threading.Condition()
         self._generation = 0
-        self._idle_slots = 0
         # Idle slots by the generation they last claimed at: a slot offered
         # work it has not yet woken up to claim is idle only in name.
         self._idle_seen: Counter[int] = Counter()
@@ -340,6 +339,10 @@ class Worker:
                 timeout = min(timeout, self._maintain_after - now)
             self._wake.wait(timeout, listener)
 
+    @property
+    def _idle_slots(self) -> int:
+        return sum(self._idle_seen.values())
+
     def _all_idle(self) -> bool:
         """Every slot sleeps, having found nothing since the last offer of
         work (`--until-idle` stops only then: a slot woken for a lease just
@@ -476,14 +479,12 @@ class Worker:
         generation read before the claim means an offer made while this slot
         was claiming is not lost."""
         with self._work:
-            self._idle_slots += 1
             self._idle_seen[seen] += 1
             if self._generation == seen and not self._stopping.is_set():
                 self._wake.set()  # the main thread may decide the worker is idle
                 # Full jitter on the poll keeps a fleet of idle workers from
                 # polling in lock-step; NOTIFY wakes it sooner.
                 self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))
-            self._idle_slots -= 1
             self._idle_seen[seen] -= 1
             if not self._idle_seen[seen]:
                 del self._idle_seen[seen]

@@ -93,8 +93,9 @@ def bulk_load(state: str, rows: int) -> None:
 # The search rows (jobs.JobSearch) of the jobs a data-modifying CTE named
 # `inserted` (RETURNING id, tenant, key, search_text) has just inserted:
 # PostgreSQL's loaders write them in the same statement, as enqueue_many does.
-SEARCH_ROWS_OF_INSERTED = (f"INSERT INTO {JobSearch._meta.db_table} (job_id, tenant, key, search_text) "
-                           "SELECT id, tenant, key, search_text FROM inserted")
+_SEARCH_ROWS_FROM = (f"INSERT INTO {JobSearch._meta.db_table} (job_id, tenant, key, search_text) "
+                     "SELECT id, tenant, key, search_text FROM {source}")
+SEARCH_ROWS_OF_INSERTED = _SEARCH_ROWS_FROM.format(source="inserted")
 
 
 def search_rows_mark(cursor) -> int:
@@ -107,8 +108,7 @@ def search_rows_mark(cursor) -> int:
 def search_rows_add(cursor, loaded_after: int) -> None:
     """The search rows of the jobs loaded since `search_rows_mark`, in one
     INSERT … SELECT."""
-    cursor.execute(f"INSERT INTO {JobSearch._meta.db_table} (job_id, tenant, key, search_text) "
-                   f"SELECT id, tenant, key, search_text FROM {Job._meta.db_table} WHERE id > %s", [loaded_after])
+    cursor.execute(_SEARCH_ROWS_FROM.format(source=f"{Job._meta.db_table} WHERE id > %s"), [loaded_after])
 
 
 def tidy() -> None:
