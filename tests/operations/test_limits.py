@@ -3,14 +3,17 @@ a job over its tenant's limit, or held by a pause, waits — visibly, with
 the reason — and is sent once when the window opens or the pause lifts;
 never dropped, never sent twice. Real workers, a real simulator."""
 
+import signal
+
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import Job
 from jobs.worker import Worker, WorkerConfig
 from operations.limits import action_limit_set, action_pause, action_resume, window_full_since
 from operations.models import ActionLimit, DispatchHold, Operation
-from tests.support import wait_for
+from tests.support import ProcessOutput, wait_for
 
 from .support import SEND_EMAIL, enqueue_email
 
@@ -120,13 +123,25 @@ def test_concurrent_workers_send_exactly_the_limit_and_the_rest_wait(store, star
     sim = start_sim("idempotent")
     limit, jobs, workers = 5, 30, 4
     action_limit_set(tenant="studio", action=SEND_EMAIL, max_effects=limit, window_seconds=3600, actor="otto")
-    for n in range(jobs):
-        enqueue_email(store, f"mail-{n:02}")
-    fleet = [manage.start("run_worker", "--until-idle", "--worker-id", f"w{n}", "--concurrency", "3",
-                          "--poll-interval", "0.05", env={"PROVIDER_URL": sim.url}) for n in range(workers)]
-    for process in fleet:
-        output, _ = process.communicate(timeout=200)
-        assert process.returncode == 0, output
+    # Twelve slots, idle and listening before the work arrives, all woken by
+    # the one commit that makes it READY: they race for the limit at once
+    # (workers started after the enqueue let the first one send alone).
+    fleet = [ProcessOutput(manage.start("run_worker", "--worker-id", f"w{n}", "--concurrency", "3",
+                                        "--poll-interval", "0.05", env={"PROVIDER_URL": sim.url}))
+             for n in range(workers)]
+    try:
+        for worker in fleet:
+            worker.wait_for("worker.start", timeout=60)
+        with transaction.atomic():
+            for n in range(jobs):
+                enqueue_email(store, f"mail-{n:02}")
+        wait_for(lambda: not Job.objects.filter(state__in=["READY", "LEASED"]).exists(), timeout=120,
+                 what="every job sent or waiting")
+    finally:
+        for worker in fleet:
+            worker.process.send_signal(signal.SIGTERM)
+        outputs = [worker.finish(timeout=60) for worker in fleet]
+    assert [worker.process.returncode for worker in fleet] == [0] * workers, outputs
     assert len(sim.messages()) == limit
     assert Job.objects.filter(state="DONE").count() == limit
     waiting = Job.objects.filter(state="WAITING_EXTERNAL")
