@@ -107,7 +107,7 @@ def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR
     page = page[:PAGE]
     # The span this page covers: from its oldest event (or the beginning of
     # time, on the last page) to the newer page's oldest event (or now).
-    upper = JobEvent.objects.filter(pk=before).values_list("created_at", flat=True).first() if before else None
+    upper = JobEvent.objects.filter(job=job, pk=before).values_list("created_at", flat=True).first() if before else None
     lower = page[-1].created_at if (page and more) else None
 
     def span(queryset, field):

@@ -24,7 +24,7 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   tenants; with up to `SAMPLE_TENANTS` tenants the sample is all of them and
   the choice is exact.
 - **load**: each sampled tenant's LEASED jobs are counted (index
-  `job_state_tenant`), never the whole table's.
+  `job_leased_expiry`, (tenant, lease_until)), never the whole table's.
 - **heads**: each tenant's first eligible jobs from `job_claim_tenant`.
 - **lock**: the heads are ranked once (`ordered`, materialized) and fetched
   one by one **by primary key** in that order, `FOR UPDATE SKIP LOCKED`, until
@@ -174,14 +174,10 @@ _FINISH_PG = """
                claimed_at
         FROM finished
     ),"""
-# A tenant's LEASED jobs, counted through `job_state_tenant` (state, tenant):
-# that tenant's leases only. Written as a range on state (no READY, since
-# 'LEASED' < 'READY') so that `job_leased_expiry`, whose predicate is
-# state = 'LEASED' and which holds every tenant's leases since the last
-# vacuum, cannot serve it: a generic plan once chose it, and the count grew
-# with every job done. (Only one state lies in the range.)
-_LEASED = ("SELECT count(*) FROM jobs_job AS c "
-           "WHERE c.state >= 'LEASED' AND c.state <= 'LEASED' AND c.tenant = t.tenant")
+# A tenant's LEASED jobs, counted through `job_leased_expiry` (tenant,
+# lease_until), the one index that holds LEASED rows (migration 0017): that
+# tenant's range of it, whatever the plan.
+_LEASED = "SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.tenant"
 
 
 @dataclass(frozen=True)

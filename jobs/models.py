@@ -72,31 +72,43 @@ class Job(models.Model):
         # The claim index (partial, on READY rows) is created in migration 0002
         # with vendor-specific SQL; see claim.py.
         indexes = [
+            # Running jobs, per tenant: the claim's load count and the lease
+            # cap read one tenant's range; the expiry sweep reads them all
+            # (a fleet's running jobs, a few hundred entries).
             models.Index(
-                fields=["lease_until"], name="job_leased_expiry", condition=models.Q(state="LEASED")
+                fields=["tenant", "lease_until"], name="job_leased_expiry", condition=models.Q(state="LEASED")
             ),
             models.Index(
                 fields=["wake_at"],
                 name="job_waiting_wake",
                 condition=models.Q(state__in=["WAITING_EXTERNAL", "WAITING_REVIEW"], wake_at__isnull=False),
             ),
-            # Counts by state and tenant (health, a tenant's running jobs in the
-            # claim). READY rows are left to the claim indexes: a claim's
-            # "READY jobs of tenant T" then has only job_claim_tenant to go to,
-            # which returns them in claim order, with or without statistics.
-            models.Index(fields=["state", "tenant"], name="job_state_tenant", condition=~models.Q(state="READY")),
+            # A tenant's jobs in a waiting state (the queues, the review
+            # digest, health). Only the states a worker's claim and finish
+            # never write (migration 0017): a non-HOT update writes an entry
+            # in every index whose condition the new row meets, so LEASED
+            # rows are left to job_leased_expiry, finished ones to the
+            # finished-jobs indexes, and READY rows to the claim indexes (a
+            # claim's "READY jobs of tenant T" has only job_claim_tenant to
+            # go to, which returns them in claim order, with or without
+            # statistics).
+            models.Index(fields=["state", "tenant"], name="job_state_tenant",
+                         condition=~models.Q(state__in=["READY", "LEASED", "DONE", "CANCELLED"])),
             # No index on `key` alone, nor a trigram index over finished
             # rows: every claim and finish writes a new row version into
             # each index whose predicate it meets (no HOT update here), so
             # the key and text searches across states read `JobSearch`,
             # written once per job (migration 0015).
 
-            # Retention (jobs.retention): finished jobs oldest first, and those
-            # whose bodies are still to be redacted; live rows are not in them.
-            models.Index(fields=["finished_at", "id"], name="job_finished",
-                         condition=models.Q(state__in=["DONE", "CANCELLED"])),
+            # Retention (jobs.retention): finished jobs oldest first, in two
+            # halves — those whose bodies are still to be redacted (the one
+            # a finish writes) and those already redacted (written by the
+            # redaction pass, off the worker's path); deletion reads both,
+            # redaction the first. Live rows are in neither.
             models.Index(fields=["finished_at", "id"], name="job_finished_unredacted",
                          condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
+            models.Index(fields=["finished_at", "id"], name="job_finished_redacted",
+                         condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=False)),
             # The console's queues: one state's items oldest first (a page is
             # the index's first rows), and the age filter as a range of it.
             # The queues' text search has its trigram index (PostgreSQL,
@@ -159,8 +171,11 @@ class JobEvent(models.Model):
     mid-attempt leaves the job row itself as the evidence, and the recovery
     (or a takeover) writes the attempt's row."""
 
-    # No index of its own: `jobevent_job_id` (job, id) leads with the job and
-    # serves every lookup by job (one index less to write per event).
+    # One index: `jobevent_job_id` (job, id) leads with the job and serves
+    # every lookup, which always names the job. On PostgreSQL the table has
+    # no primary key constraint either (migration 0017): ids come from one
+    # sequence, and its index was a second entry to write per event that no
+    # query read.
     # No database constraint and no cascade: on PostgreSQL the table is
     # partitioned by day and a deleted job's history goes with its whole
     # partition (`jobs.partitions`); retention deletes it otherwise

@@ -183,8 +183,13 @@ def retention_sweep(
     report = run.report
     # Deletion first: what it removes need not be redacted on the way out.
     retention_cutoff = at - timedelta(days=retention)
+    # In two halves, each oldest first through its own partial index:
+    # redacted rows (`job_finished_redacted`), then the rest
+    # (`job_finished_unredacted`); no index holds both (a finish writes only
+    # the second).
     expired = Job.objects.filter(state__in=FINISHED, finished_at__lt=retention_cutoff)
-    deletion = _Pages(expired, run, "deleting")
+    deletion = _Pages(run, "deleting", expired.filter(redacted_at__isnull=False),
+                      expired.filter(redacted_at__isnull=True))
     for ids in deletion:
         run.timed(_delete, ids, report)
     if redact_after is not None and redact_after < retention and not run.stopped_by:
@@ -194,7 +199,7 @@ def retention_sweep(
             # Deletion stopped at its limit: the rows past retention it did
             # not reach are the next sweep's to delete, not to rewrite now.
             unredacted = unredacted.filter(finished_at__gte=retention_cutoff)
-        for ids in _Pages(unredacted, run, "redacting"):
+        for ids in _Pages(run, "redacting", unredacted):
             run.timed(_redact, ids, at, report)
     if history_partitioned():
         # Ahead of the clock even when deletion was cut short: new history
@@ -278,21 +283,32 @@ class _Run:
 
 class _Pages:
     """Keyset pages of job ids over (finished_at, id) — served by the partial
-    indexes `job_finished` / `job_finished_unredacted` — so kept rows at the
-    front never stall the sweep and no page rescans the ones before it. Pages
-    are as large as the run's current batch size and stop when the run says
-    so; `exhausted` tells, once iterated, whether the rows ran out."""
+    indexes `job_finished_redacted` / `job_finished_unredacted` — so kept rows
+    at the front never stall the sweep and no page rescans the ones before
+    it. Several sets of rows (each one index's) are walked one after the
+    other, as one phase. Pages are as large as the run's current batch size
+    and stop when the run says so; `exhausted` tells, once iterated, whether
+    the rows ran out."""
 
-    def __init__(self, rows, run: _Run, phase: str):
-        self.rows, self.run, self.phase = rows, run, phase
+    def __init__(self, run: _Run, phase: str, *row_sets):
+        self.run, self.phase, self.row_sets = run, phase, row_sets
         self.exhausted = False
 
     def __iter__(self):
         # The total only feeds the progress lines' estimate.
-        self.run.begin(self.phase, self.rows.count() if self.run.progress else 0)
+        self.run.begin(self.phase, sum(rows.count() for rows in self.row_sets) if self.run.progress else 0)
+        for rows in self.row_sets:
+            if not (yield from self._walk(rows)):
+                break
+        else:
+            self.exhausted = True
+        self.run._line(force=True)
+
+    def _walk(self, rows):
+        """Pages of one set; True once its rows ran out."""
         after = None
         while self.run.go_on():
-            page = self.rows
+            page = rows
             if after is not None:
                 page = page.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1]))
             size = self.run.size
@@ -300,10 +316,9 @@ class _Pages:
             if keys:
                 yield [job_id for _, job_id in keys]
             if len(keys) < size:
-                self.exhausted = True
-                break
+                return True
             after = keys[-1]
-        self.run._line(force=True)
+        return False
 
 
 def _redact(ids: list[int], at: datetime, report: RetentionReport) -> None:

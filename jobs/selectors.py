@@ -58,13 +58,14 @@ def _jobs(jobs: QuerySet | None) -> QuerySet:
 
 def finished_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
     """DONE and CANCELLED jobs (retention walks them through the partial
-    indexes `job_finished` / `job_finished_unredacted`)."""
+    indexes `job_finished_redacted` / `job_finished_unredacted`)."""
     return _jobs(jobs).filter(state__in=FINISHED)
 
 
 def live_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
-    """Jobs in a live state (counted by (state, tenant) through `job_state_tenant`
-    and the READY claim indexes; never the unbounded finished history)."""
+    """Jobs in a live state (counted by (state, tenant) through `job_state_tenant`,
+    `job_leased_expiry` and the READY claim indexes; never the unbounded
+    finished history)."""
     return _jobs(jobs).filter(state__in=LIVE)
 
 

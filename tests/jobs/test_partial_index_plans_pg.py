@@ -37,8 +37,7 @@ def _generic_plan(queryset) -> str:
 
 
 @pytest.mark.parametrize("sweep, indexes", [
-    # (Either reads the LEASED rows only.)
-    (lambda at: expired_leases(at=at), ("job_leased_expiry", "job_state_tenant")),
+    (lambda at: expired_leases(at=at), ("job_leased_expiry",)),
     (lambda at: timers_due(at=at), ("timer_pending_due",)),
     (lambda at: eligible_ready(at=at), ("job_claim_tenant",)),
 ])

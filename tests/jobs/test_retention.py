@@ -111,6 +111,40 @@ def test_bodies_of_finished_work_are_redacted_before_it_is_deleted(store):
     assert retention_sweep(retention_days=30, redact_after_days=7).redacted == {}
 
 
+def test_deletion_takes_redacted_and_unredacted_jobs_past_retention_alike(store):
+    """The two halves of the finished jobs (each with its own index) are
+    both deleted once past retention, as one phase, oldest first within
+    each."""
+    redacted = [finished(store, f"redacted-{n}", days_ago=40 + n) for n in range(3)]
+    retention_sweep(retention_days=60, redact_after_days=7)
+    assert all(Job.objects.get(pk=job.pk).redacted_at is not None for job in redacted)
+    whole = [finished(store, f"whole-{n}", days_ago=35 + n) for n in range(3)]
+    recent = finished(store, "recent", days_ago=10)
+
+    # Pages of two: a page never spans the halves; the second half is read
+    # after the first ran out.
+    report = retention_sweep(retention_days=30, redact_after_days=None, batch_size=2, pause_ratio=0)
+
+    assert report.deleted["jobs.Job"] == 6 and report.stopped_by == "done"
+    assert list(Job.objects.values_list("key", flat=True)) == [recent.key]
+    assert not JobEvent.objects.filter(job_id__in=[job.pk for job in redacted + whole]).exists()
+
+
+def test_a_batch_limit_counts_the_deletion_of_both_halves_as_one_phase(store):
+    for n in range(2):
+        finished(store, f"redacted-{n}", days_ago=40)
+    retention_sweep(retention_days=60, redact_after_days=7)
+    for n in range(2):
+        finished(store, f"whole-{n}", days_ago=40)
+
+    report = retention_sweep(retention_days=30, redact_after_days=None, batch_size=2, max_batches=1,
+                             pause_ratio=0)
+
+    assert (report.deleted["jobs.Job"], report.stopped_by) == (2, "max_batches")
+    # The redacted half goes first; the rest is the next sweep's.
+    assert set(Job.objects.values_list("key", flat=True)) == {"whole-0", "whole-1"}
+
+
 def test_prune_command_reports_what_it_removed(store, capsys):
     finished(store, "old", days_ago=40)
     call_command("prune", "--days", "30")

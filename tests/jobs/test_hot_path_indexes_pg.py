@@ -1,0 +1,47 @@
+"""What a worker's claim and finish write (issue 24). Neither update of a job
+can be HOT (both change `state`, which the partial indexes name), so each
+writes an entry in every index of jobs_job whose condition the new row meets,
+and each history row one in each of the history's indexes. These tests pin
+that set: an index added over LEASED or finished rows, or a second index on
+the history, costs WAL on every job and must be a decision, not an accident
+(pg_waldump, migration 0017: 11 entries per job → 7)."""
+
+import pytest
+from django.db import connection
+
+from jobs.models import Job
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres,
+              pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL (partial indexes)")]
+
+
+def _indexes_holding(job_id: int) -> set[str]:
+    """The indexes of jobs_job whose condition the job's row meets now."""
+    with connection.cursor() as cursor:
+        cursor.execute("""SELECT c.relname, pg_get_expr(i.indpred, i.indrelid)
+                          FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+                          WHERE i.indrelid = 'jobs_job'::regclass""")
+        holding = set()
+        for name, condition in cursor.fetchall():
+            cursor.execute(f"SELECT EXISTS (SELECT 1 FROM jobs_job WHERE id = %s AND ({condition or 'true'}))",
+                           [job_id])
+            if cursor.fetchone()[0]:
+                holding.add(name)
+    return holding
+
+
+def test_a_claim_and_a_finish_each_write_three_entries_in_the_job_tables_indexes(store):
+    store.enqueue("t1", "k1")
+    job_id = Job.objects.get(key="k1").pk
+    epoch = store.claim("t1", "k1", "w1")
+    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_unique_tenant_key", "job_leased_expiry"}
+
+    store.finish("t1", "k1", "w1", epoch, result={"ok": True})
+    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_unique_tenant_key", "job_finished_unredacted"}
+
+
+def test_the_history_has_one_index():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
+                       "WHERE i.indrelid = 'jobs_jobevent'::regclass")
+        assert [name for (name,) in cursor.fetchall()] == ["jobevent_job_id"]
