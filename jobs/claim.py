@@ -147,24 +147,33 @@ _FINISH_PG = """
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
         FROM (
-            SELECT i.id, i.result
+            SELECT i.id, i.result, cur.state, cur.lease_epoch, cur.worker_id
             FROM {finish_rows}
             CROSS JOIN LATERAL (
-                -- Each row locked by primary key, named alone (OFFSET 0
-                -- keeps the fence test out of the scan): a partial index on
+                -- Each row read by primary key, named alone (OFFSET 0 keeps
+                -- the fence test out of the scan): a partial index on
                 -- LEASED rows, which carries every lease since the last
-                -- vacuum, can never serve it. The fence is tested on the
-                -- locked, current row.
+                -- vacuum, can never serve it.
                 SELECT j.state, j.lease_epoch, j.worker_id FROM jobs_job AS j WHERE j.id = i.id
                 OFFSET 0
-                FOR UPDATE
             ) AS cur
             WHERE cur.state = 'LEASED' AND cur.lease_epoch = i.epoch AND cur.worker_id = %(worker)s
+            -- (OFFSET 0 again: pulled up, its 'LEASED' and worker would
+            -- reach the update's scan through the equalities below.)
+            OFFSET 0
         ) AS i
         -- The ids as a key condition of their own: a join alone could be
         -- planned as a hash join over a full scan of the table (a generic
         -- plan made while statistics said it was empty).
         WHERE f.id {finish_key} AND f.id = i.id
+          -- The fence, on the row being updated: it is still the version
+          -- read above. If another transaction changed it meanwhile (a
+          -- recovery, a takeover), PostgreSQL waits for it and tests this
+          -- again on the newest version, and the finish writes nothing — no
+          -- row lock of its own (a WAL record per job) needed. Compared
+          -- column to column, not to 'LEASED' written in, so that no
+          -- partial index on LEASED rows can serve this scan either.
+          AND f.state = i.state AND f.lease_epoch = i.lease_epoch AND f.worker_id = i.worker_id
         RETURNING f.id, f.lease_epoch, f.updated_at, f.claimed_at
     ), finish_logged AS (
         -- The attempt's one history row, with the claim it began with.

@@ -3,6 +3,7 @@ readiness signals, never on fixed sleeps."""
 
 import threading
 import time
+from contextlib import contextmanager
 
 
 def wait_for(predicate, *, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
@@ -116,3 +117,65 @@ def in_processes(target, arglists, *, timeout: float = 240.0) -> list[tuple[str,
         p.join(timeout=60)
         assert p.exitcode == 0
     return results
+
+
+def waiting_on_locks() -> int:
+    """Backends of this database blocked on a lock another one holds (PostgreSQL)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
+@contextmanager
+def held_open(write, *, until_waiting: int = 1):
+    """Run `write()` in a transaction of another connection and keep it open
+    (its rows locked, not yet visible) until `until_waiting` backends wait on
+    its locks; then commit. Yields a dict that gets the write's result."""
+    from django.db import connection, transaction
+
+    done, inside, outcome = threading.Event(), threading.Event(), {}
+
+    def hold():
+        try:
+            with transaction.atomic():
+                outcome["result"] = write()
+                inside.set()
+                done.wait(60)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            outcome["error"] = exc
+            inside.set()
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(30) and "error" not in outcome, outcome.get("error")
+    try:
+        yield outcome
+        wait_for(lambda: waiting_on_locks() >= until_waiting, what="the other writer to wait on the lock")
+    finally:
+        done.set()
+        holder.join(60)
+
+
+def in_thread(target):
+    """Run `target()` in a thread with its own database connection; returns
+    the thread and a dict that gets its result (or the exception it raised)."""
+    from django.db import connection
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = target()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome

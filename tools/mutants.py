@@ -135,6 +135,10 @@ MUTANTS: list[Mutant] = [
     Mutant("fence-worker-finish-many", "a batch's finishes check the worker id", (
         Edit("jobs/claim.py", "AND cur.worker_id = %(worker)s", "AND %(worker)s::text IS NOT NULL"),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
+    Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
+        Edit("jobs/claim.py", "AND f.state = i.state AND f.lease_epoch = i.lease_epoch AND f.worker_id = i.worker_id",
+             "AND true"),),
+        ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
              after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),

@@ -8,7 +8,6 @@ the first writer holds its transaction open until the second is seen
 waiting on its lock."""
 
 import threading
-from contextlib import contextmanager
 
 import pytest
 from django.core.management import call_command
@@ -18,65 +17,11 @@ from company.models import Customer, Invoice, Proposal, Quote
 from company.services import proposal_submit, tenant_ensure
 from jobs.models import Job, OutboxEvent
 from jobs.store import Store
-from tests.support import in_processes, wait_for
+from tests.support import held_open, in_processes, in_thread, wait_for, waiting_on_locks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 TENANT = "acme"
 KEY = "invoice-reminder-INV-7"
-
-
-def waiting_on_locks() -> int:
-    """Backends of this database blocked on a lock another one holds."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock'")
-        return cursor.fetchone()[0]
-
-
-@contextmanager
-def held_open(write, *, until_waiting: int = 1):
-    """Run `write()` in a transaction of another connection and keep it open
-    (its rows locked, not yet visible) until `until_waiting` backends wait on
-    its locks; then commit. Yields a dict that gets the write's result."""
-    done, inside, outcome = threading.Event(), threading.Event(), {}
-
-    def hold():
-        try:
-            with transaction.atomic():
-                outcome["result"] = write()
-                inside.set()
-                done.wait(60)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            outcome["error"] = exc
-            inside.set()
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert inside.wait(30) and "error" not in outcome, outcome.get("error")
-    try:
-        yield outcome
-        wait_for(lambda: waiting_on_locks() >= until_waiting, what="the other writer to wait on the lock")
-    finally:
-        done.set()
-        holder.join(60)
-
-
-def in_thread(target):
-    outcome = {}
-
-    def run():
-        try:
-            outcome["result"] = target()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
 
 
 def propose(tenant, proposed_by: str):
