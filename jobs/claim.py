@@ -87,6 +87,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.datetime import TimestamptzLoader
 
+from . import pooling
 from .clock import Clock
 from .models import Job
 from .selectors import ELIGIBLE_SQL
@@ -450,7 +451,7 @@ def finish_pg(*, worker: str, clock: Clock, finish: Finishes) -> set[int]:
     form = _bind_finishes(params, finish)
     sql = "WITH " + _finish_sql(params.clock(clock, 0, "now"), form).rstrip().rstrip(",")
     with connection.cursor() as cursor:
-        cursor.execute(sql + " SELECT id FROM finished", params)
+        pooling.execute(cursor, sql + " SELECT id FROM finished", params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -641,7 +642,7 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None]:
     fair claim: its sample's size; the one-tenant claim: up to two)."""
     with connection.cursor() as cursor:
         _fast_datetimes(cursor)
-        cursor.execute(sql, params)
+        pooling.execute(cursor, sql, params)
         rows = cursor.fetchall()
     claimed, gone, finished, population = [], [], set(), None
     for row in rows:

@@ -16,7 +16,14 @@ setting — never running at a fraction of the speed with errors:
   connections causes (`prepared_statement_error`), whichever query meets it.
 """
 
-from django.db import connections
+import hashlib
+import logging
+import re
+import secrets
+from datetime import datetime
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, connections, transaction
 
 # What psycopg's prepared statements raise when the pooler moved them:
 # "prepared statement … already exists" (42P05), "… does not exist" (26000),
@@ -58,3 +65,131 @@ def prepared_statement_error(exc: BaseException) -> str | None:
             return (f"the database refused a prepared statement ({first}): DATABASE_URL leads to a "
                     f"transaction-mode pooler that moves a client between server connections; {ADVICE}")
     return None
+
+
+# ---------------------------------------------------------------- plans kept on the server
+
+# Behind a transaction-mode pooler nothing may be prepared on a connection
+# (the next transaction may run on another), so PostgreSQL would plan the
+# claim — a statement of a dozen subqueries — anew on every job: with the
+# pooler, a third of a worker's server time. A PL/pgSQL function keeps the
+# plans of its statements in each server process that runs it, whichever
+# client calls it; so in that mode `execute` runs each claim statement
+# through a function made for its text (`jobs_stmt_<digest>`, created on
+# first use, by whichever worker needs it first). The digest covers the
+# text, the parameters' types and the job table's columns, so a statement
+# or schema that changes gets a new function; old ones are inert, and any
+# may be dropped at any time (it is made again on the next claim that needs
+# it, after that claim failed once).
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+# (text, parameter types) → (function, its argument types), or None where
+# PostgreSQL could not type the statement (it then runs as it is).
+_functions: dict[tuple[str, tuple[str, ...]], tuple[str, list[str]] | None] = {}
+
+logger = logging.getLogger("jobs.pooling")
+
+
+def execute(cursor, sql: str, params: dict) -> None:
+    """`cursor.execute(sql, params)` — through a server-side function made
+    for `sql` when DATABASE_POOL_MODE=transaction (see above). `sql` names
+    its parameters (`%(name)s`)."""
+    if getattr(settings, "DATABASE_POOL_MODE", "direct") != "transaction":
+        cursor.execute(sql, params)
+        return
+    names = list(dict.fromkeys(_PARAM.findall(sql)))
+    key = (sql, tuple(_pg_type(params[name]) for name in names))
+    if key in _functions:
+        function = _functions[key]
+    else:
+        function = _function_for(sql, names, key[1])
+        # Known from now on once it is committed: made inside a transaction
+        # that is rolled back, it is gone again.
+        transaction.on_commit(lambda: _functions.__setitem__(key, function))
+    if function is None:
+        cursor.execute(sql, params)
+        return
+    name, types = function
+    arguments = ", ".join(f"%({param})s::{kind}" for param, kind in zip(names, types))
+    try:
+        cursor.execute(f"SELECT * FROM {name}({arguments})", params)
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "42883":  # dropped meanwhile: made again next time
+            _functions.pop(key, None)
+        raise
+
+
+def _function_for(sql: str, names: list[str], kinds: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """The function that runs `sql` (made if missing), and its argument
+    types as PostgreSQL resolved them."""
+    body = _PARAM.sub(lambda match: f"${names.index(match.group(1)) + 1}", sql).replace("%%", "%")
+    digest = hashlib.sha256(repr((body, kinds, _job_columns())).encode()).hexdigest()[:24]
+    name = f"jobs_stmt_{digest}"
+    probe = f"jobs_stmt_probe_{secrets.token_hex(6)}"
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            # The statement's types, as PostgreSQL resolves them: prepared,
+            # described and dropped in this one transaction (one server
+            # connection, even behind the pooler).
+            cursor.execute(f"PREPARE {probe} ({', '.join(kinds)}) AS {body}" if kinds
+                           else f"PREPARE {probe} AS {body}")
+            try:
+                described = connection.connection.pgconn.describe_prepared(probe.encode())
+                oids = ([described.param_type(i) for i in range(described.nparams)],
+                        [described.ftype(i) for i in range(described.nfields)])
+            finally:
+                cursor.execute(f"DEALLOCATE {probe}")
+            cursor.execute("SELECT ARRAY(SELECT format_type(o, NULL) FROM unnest(%s::oid[]) WITH ORDINALITY AS t (o, n) "
+                           "ORDER BY n), ARRAY(SELECT format_type(o, NULL) FROM unnest(%s::oid[]) WITH ORDINALITY "
+                           "AS t (o, n) ORDER BY n), EXISTS (SELECT 1 FROM pg_proc WHERE proname = %s)",
+                           [*oids, name])
+            types, results, made = cursor.fetchone()
+            if not made:
+                columns = ", ".join(f"jobs_r{i} {kind}" for i, kind in enumerate(results))
+                try:
+                    with transaction.atomic():
+                        cursor.execute(
+                            f"CREATE FUNCTION {name}({', '.join(types)}) RETURNS TABLE ({columns}) "
+                            f"LANGUAGE plpgsql VOLATILE AS $jobs_stmt$ #variable_conflict use_column\n"
+                            f"BEGIN RETURN QUERY {body}; END $jobs_stmt$")
+                except (IntegrityError, ProgrammingError) as exc:
+                    # Another worker made it at the same moment (42723: it
+                    # committed first; 23505: while this one waited).
+                    if getattr(exc.__cause__, "sqlstate", None) not in ("42723", "23505"):
+                        raise
+    except DatabaseError as exc:
+        logger.warning("pooling.plain_statement reason=%s", str(exc).splitlines()[0][:200])
+        return None
+    return name, types
+
+
+def _pg_type(value) -> str:
+    """The PostgreSQL type a parameter is bound as ("unknown": let the
+    statement decide, as for a NULL)."""
+    if isinstance(value, list | tuple):
+        first = next((v for v in value if v is not None), "")
+        return _pg_type(first).replace("unknown", "text") + "[]"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double precision"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, datetime):
+        return "timestamptz"
+    return "unknown"
+
+
+_columns: list = []
+
+
+def _job_columns() -> str:
+    """The job table's columns and their types: a function made for
+    another schema is never reused."""
+    if not _columns:
+        from .models import Job
+
+        _columns.append(repr([(f.column, f.db_type(connection)) for f in Job._meta.concrete_fields]))
+    return _columns[0]

@@ -995,7 +995,7 @@ def render(results: Results) -> str:
                    "no tenant fairness, no framework. Ours also writes history per job (the enqueue before the "
                    "clock starts; during the run one row per attempt, written with its finish and carrying its "
                    "claim), keeps twelve indexes of jobs_job (the raw table has two; a no-op job's claim writes "
-                   "entries in four of them, its finish in five) and serves the least-loaded tenant first. "
+                   "entries in three of them, its finish in three, its history row in one) and serves the least-loaded tenant first. "
                    "WAL B/job: PostgreSQL's WAL bytes written "
                    "during the run per job, by everyone (median of the runs).")
     return "\n".join(out).rstrip() + "\n"

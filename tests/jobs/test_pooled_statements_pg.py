@@ -1,0 +1,104 @@
+"""Behind a transaction-mode pooler nothing can be prepared on a connection,
+so the claim statements run through PL/pgSQL functions made for them
+(`jobs.pooling.execute`), whose plans each server process keeps."""
+
+import logging
+
+import pytest
+from django.db import ProgrammingError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from jobs import pooling
+from jobs.models import Job
+from jobs.states import State
+
+# Committed, as a worker's claims are: a function made inside a transaction
+# that is rolled back is not remembered.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres,
+              pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL (PL/pgSQL)")]
+
+
+def _functions() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'jobs_stmt_%%'")
+        return {name for (name,) in cursor.fetchall()}
+
+
+@pytest.fixture(autouse=True)
+def no_functions():
+    """Each test starts and ends with no statement function (they outlive
+    the flush between tests) and nothing remembered of them."""
+    yield
+    pooling._functions.clear()
+    with connection.cursor() as cursor:
+        for name in _functions():
+            cursor.execute(f"DROP FUNCTION {name}")
+
+
+@pytest.fixture
+def pooled(settings):
+    settings.DATABASE_POOL_MODE = "transaction"
+
+
+def test_behind_the_pooler_the_claim_and_the_finish_run_through_functions_made_for_them(store, pooled):
+    for n in range(3):
+        store.enqueue(f"t{n}", f"k{n}")
+    [first], _ = store.finish_and_claim("w1", [], limit=1)
+    with CaptureQueriesContext(connection) as queries:
+        [second], lost = store.finish_and_claim("w1", [(first, {"ok": True})], limit=1)
+        [third], lost = store.finish_and_claim("w1", [(second, {"ok": True})], limit=1)
+    assert lost == []
+    made = _functions()
+    assert made, "no function was made"
+    calls = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT * FROM jobs_stmt_")]
+    assert len(calls) >= 2 and all(call.split("(")[0].split()[-1] in made for call in calls)
+    # The second round made nothing: it called what the first made.
+    assert not [q for q in queries.captured_queries[len(queries.captured_queries) // 2:]
+                if q["sql"].startswith(("PREPARE", "CREATE FUNCTION"))]
+    assert {j.state for j in Job.objects.filter(pk__in=[first.pk, second.pk])} == {State.DONE}
+    assert Job.objects.get(pk=third.pk).state == State.LEASED
+    assert store.finish_many("w1", [(third, None)]) == []
+    assert Job.objects.get(pk=third.pk).state == State.DONE
+
+
+def test_directly_nothing_is_made(store, settings):
+    settings.DATABASE_POOL_MODE = "direct"
+    store.enqueue("t1", "k1")
+    [job], _ = store.finish_and_claim("w1", [], limit=1)
+    store.finish_many("w1", [(job, None)])
+    assert _functions() == set()
+
+
+def test_a_statement_a_function_cannot_hold_runs_as_it_is(pooled, caplog):
+    with caplog.at_level(logging.WARNING, logger="jobs.pooling"), connection.cursor() as cursor:
+        pooling.execute(cursor, "SHOW server_version_num", {})
+        assert cursor.fetchone()[0].isdigit()
+    assert "pooling.plain_statement" in caplog.text
+    assert _functions() == set()
+
+
+def test_a_function_dropped_meanwhile_fails_one_call_and_is_made_again(pooled):
+    sql = "SELECT count(*) FROM jobs_job WHERE tenant = %(tenant)s"
+    with connection.cursor() as cursor:
+        pooling.execute(cursor, sql, {"tenant": "t1"})
+        assert cursor.fetchone() == (0,)
+        [name] = _functions()
+        cursor.execute(f"DROP FUNCTION {name}")
+    with pytest.raises(ProgrammingError, match="does not exist"), connection.cursor() as cursor:
+        pooling.execute(cursor, sql, {"tenant": "t1"})
+    with connection.cursor() as cursor:
+        pooling.execute(cursor, sql, {"tenant": "t1"})
+        assert cursor.fetchone() == (0,)
+    assert _functions() == {name}
+
+
+def test_a_function_made_in_a_transaction_rolled_back_is_made_again(pooled):
+    sql = "SELECT count(*) FROM jobs_job WHERE key = %(key)s"
+    with pytest.raises(RuntimeError), transaction.atomic(), connection.cursor() as cursor:
+        pooling.execute(cursor, sql, {"key": "k1"})
+        raise RuntimeError("rolled back")
+    assert _functions() == set() and pooling._functions == {}
+    with connection.cursor() as cursor:
+        pooling.execute(cursor, sql, {"key": "k1"})
+        assert cursor.fetchone() == (0,)
+    assert len(_functions()) == 1
