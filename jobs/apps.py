@@ -16,3 +16,12 @@ class JobsConfig(AppConfig):
         # Review deadlines plan and end with every move into and out of
         # review; their escalation action is registered with the others.
         from . import review_due, review_escalation  # noqa: F401
+        # A web request or a calendar task that meets a prepared statement a
+        # transaction pooler moved says which setting is wrong (jobs.pooling).
+        from django.core.signals import got_request_exception
+        from django_q.signals import post_execute_in_worker
+
+        from . import pooling
+
+        got_request_exception.connect(pooling.on_request_exception, dispatch_uid="jobs.pooling.web")
+        post_execute_in_worker.connect(pooling.on_task_executed, dispatch_uid="jobs.pooling.qcluster")

@@ -516,12 +516,12 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, *,
         # (The jobs being finished, LEASED in these snapshots, are not counted.)
         sql, params = _statement(_CAP_TENANTS_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
                                  finish=finish)
-        tried = _try_locks(sql, params)
+        tried = _try_locks(sql, params, limit)
         if not tried and not tenants:
             # (A worker's listed tenants were all looked at already.)
             sql, params = _statement(_CAP_TENANTS_ALL_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
                                      finish=finish)
-            tried = _try_locks(sql, params)
+            tried = _try_locks(sql, params, limit)
         locked = [tenant for tenant, got in tried if got]
         if not locked and tried:
             # Every candidate is being claimed by someone else right now:
@@ -536,23 +536,31 @@ def _claim_capped_pg(worker, clock, ttl, tenants, actions, limit, *,
 
 # The candidate tenants, each with whether this transaction got its advisory
 # lock — chosen and tried in ONE statement (a round trip per tenant made
-# the capped claim several times dearer than the plain one). The lock call
-# is a volatile function in the outer select, so it is never pushed into the
-# candidates' query: exactly the candidates are tried, in their fair order.
+# the capped claim several times dearer than the plain one). Locks are
+# tried in the candidates' fair order until `want` (the batch size) are
+# held, no more: a claimer that held every candidate it could lock (six,
+# for one job) made the others find them taken, and wait. The lock call is
+# a volatile function in the filter over the sorted candidates (OFFSET 0:
+# never pushed below the sort), so rows are tried one by one in order and
+# the LIMIT stops the trying.
 _CAP_TRY_LOCKS = (
-    "WITH candidates AS MATERIALIZED ({query}) "
-    "SELECT c.tenant, pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(c.tenant)) AS got "
-    "FROM (SELECT tenant, row_number() OVER () AS position FROM candidates) AS c ORDER BY c.position"
+    "WITH candidates AS MATERIALIZED ({query}), "
+    "ordered AS MATERIALIZED (SELECT tenant, row_number() OVER () AS position FROM candidates), "
+    "locked AS MATERIALIZED ("
+    "SELECT o.tenant FROM (SELECT tenant, position FROM ordered ORDER BY position OFFSET 0) AS o "
+    "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) "
+    "SELECT o.tenant, o.tenant IN (SELECT tenant FROM locked) AS got FROM ordered AS o ORDER BY o.position"
 )
 _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 
-def _try_locks(sql: str, params: dict) -> list[tuple[str, bool]]:
+def _try_locks(sql: str, params: dict, want: int) -> list[tuple[str, bool]]:
     # In psycopg's pipeline mode the transaction's BEGIN travels with the
     # statement: one round trip for both.
     connection.ensure_connection()
     with connection.connection.pipeline(), connection.cursor() as cursor:
-        cursor.execute(_CAP_TRY_LOCKS.format(query=sql), {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
+        cursor.execute(_CAP_TRY_LOCKS.format(query=sql, want=int(want)),
+                       {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
 

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import re
 import secrets
+import sys
 from datetime import datetime
 
 from django.conf import settings
@@ -65,6 +66,33 @@ def prepared_statement_error(exc: BaseException) -> str | None:
             return (f"the database refused a prepared statement ({first}): DATABASE_URL leads to a "
                     f"transaction-mode pooler that moves a client between server connections; {ADVICE}")
     return None
+
+
+# ---------------------------------------------------------------- the web app and the calendar
+
+# Outside the worker (which stops) the first such error is reported naming the
+# setting: the web app's request fails, the calendar's task fails, and the log
+# says why (`jobs.apps` connects these to Django's and django-q2's signals).
+_MOVED_TEXT = re.compile(r'prepared statement "_pg3_\w+" (?:already exists|does not exist)')
+
+
+def on_request_exception(sender, request=None, **kwargs) -> None:
+    """`got_request_exception`: a request that met a moved prepared statement."""
+    why = prepared_statement_error(sys.exc_info()[1]) if sys.exc_info()[1] is not None else None
+    if why:
+        logger.error("web.misconfigured reason=%s", why)
+
+
+def on_task_executed(sender, task=None, **kwargs) -> None:
+    """django-q2's `post_execute_in_worker`: a calendar task that failed on a
+    moved prepared statement (the task holds its error as text)."""
+    if not task or task.get("success"):
+        return
+    match = _MOVED_TEXT.search(str(task.get("result", "")))
+    if match:
+        logger.error("qcluster.misconfigured task=%s reason=the database refused a prepared statement (%s): "
+                     "DATABASE_URL leads to a transaction-mode pooler that moves a client between server "
+                     "connections; %s", task.get("name", ""), match.group(0), ADVICE)
 
 
 # ---------------------------------------------------------------- plans kept on the server

@@ -147,6 +147,11 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "if not tried and not tenants:", "if False:"),),
         ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),
         postgres=True),
+    Mutant("cap-locks-wanted", "a capped claim holds the locks of no more tenants than it may take jobs", (
+        Edit("jobs/claim.py", "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) ",
+             "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant))) "),),
+        ("tests/jobs/test_fairness.py::test_a_capped_claim_holds_the_locks_of_no_more_tenants_than_it_may_take_jobs",),
+        postgres=True),
     Mutant("cap-eligible", "a capped claim tries only tenants with an eligible job", (
         Edit("jobs/claim.py", "WHERE leased < %(cap)s AND {has_eligible}", "WHERE leased < %(cap)s"),),
         ("tests/jobs/test_fairness.py::test_under_a_cap_tenants_with_only_later_work_do_not_hide_the_ones_with_work_now",),

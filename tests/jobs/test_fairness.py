@@ -106,3 +106,25 @@ def test_under_a_cap_tenants_with_only_later_work_do_not_hide_the_ones_with_work
     claimed = [store.claim_next(f"w{i}", now=10) for i in range(3)]
     assert sorted(job.tenant for job in claimed if job) == ["now-a", "now-b"]
     assert claimed[2] is None
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+@override_settings(JOBS_TENANT_LEASE_CAP=2)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_capped_claim_holds_the_locks_of_no_more_tenants_than_it_may_take_jobs(store, batch):
+    """The cap's per-tenant locks are tried in the fair order until the
+    batch size is held: a claim of one job that locked every candidate (six
+    tenants here) made every concurrent claimer find them taken, and wait.
+    (The test's transaction keeps the claim's locks until it ends.)"""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (advisory locks)")
+    for tenant in range(8):
+        store.enqueue_many(JobSpec(f"t{tenant}", f"t{tenant}-{i}") for i in range(3))
+    jobs = store.claim_batch("w", limit=batch)
+    assert len(jobs) == batch
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        assert cursor.fetchone()[0] == batch
