@@ -211,8 +211,8 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
            "work falls due during another claim)", (
-        Edit("jobs/claim.py", '"SELECT c.tenant, pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(c.tenant)) AS got "',
-             '"SELECT c.tenant, %(cap_namespace)s::bigint IS NOT NULL AS got "'),),
+        Edit("jobs/claim.py", '"WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) "',
+             '"WHERE %(cap_namespace)s::bigint IS NOT NULL LIMIT {want}) "'),),
         (f"{CLAIM_SCALE}::test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_"
          "its_cap",), postgres=True),
     Mutant("decision-permission", "a decision needs the permission, not only a role that allows it", (
