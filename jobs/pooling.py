@@ -16,6 +16,7 @@ setting — never running at a fraction of the speed with errors:
   connections causes (`prepared_statement_error`), whichever query meets it.
 """
 
+import functools
 import hashlib
 import logging
 import re
@@ -62,10 +63,13 @@ def prepared_statement_error(exc: BaseException) -> str | None:
         state = getattr(error, "sqlstate", None)
         # psycopg names its statements _pg3_N; a handler's own EXECUTE is its business.
         if state in _MOVED_STATEMENT_STATES and '"_pg3_' in str(error):
-            first = str(error).strip().splitlines()[0][:200]
-            return (f"the database refused a prepared statement ({first}): DATABASE_URL leads to a "
-                    f"transaction-mode pooler that moves a client between server connections; {ADVICE}")
+            return _refused(str(error).strip().splitlines()[0][:200])
     return None
+
+
+def _refused(statement_error: str) -> str:
+    return (f"the database refused a prepared statement ({statement_error}): DATABASE_URL leads to a "
+            f"transaction-mode pooler that moves a client between server connections; {ADVICE}")
 
 
 # ---------------------------------------------------------------- the web app and the calendar
@@ -78,7 +82,8 @@ _MOVED_TEXT = re.compile(r'prepared statement "_pg3_\w+" (?:already exists|does 
 
 def on_request_exception(sender, request=None, **kwargs) -> None:
     """`got_request_exception`: a request that met a moved prepared statement."""
-    why = prepared_statement_error(sys.exc_info()[1]) if sys.exc_info()[1] is not None else None
+    exc = sys.exc_info()[1]
+    why = prepared_statement_error(exc) if exc is not None else None
     if why:
         logger.error("web.misconfigured reason=%s", why)
 
@@ -90,9 +95,7 @@ def on_task_executed(sender, task=None, **kwargs) -> None:
         return
     match = _MOVED_TEXT.search(str(task.get("result", "")))
     if match:
-        logger.error("qcluster.misconfigured task=%s reason=the database refused a prepared statement (%s): "
-                     "DATABASE_URL leads to a transaction-mode pooler that moves a client between server "
-                     "connections; %s", task.get("name", ""), match.group(0), ADVICE)
+        logger.error("qcluster.misconfigured task=%s reason=%s", task.get("name", ""), _refused(match.group(0)))
 
 
 # ---------------------------------------------------------------- plans kept on the server
@@ -167,10 +170,9 @@ def _function_for(sql: str, names: list[str], kinds: tuple[str, ...]) -> tuple[s
                         [described.ftype(i) for i in range(described.nfields)])
             finally:
                 cursor.execute(f"DEALLOCATE {probe}")
-            cursor.execute("SELECT ARRAY(SELECT format_type(o, NULL) FROM unnest(%s::oid[]) WITH ORDINALITY AS t (o, n) "
-                           "ORDER BY n), ARRAY(SELECT format_type(o, NULL) FROM unnest(%s::oid[]) WITH ORDINALITY "
-                           "AS t (o, n) ORDER BY n), EXISTS (SELECT 1 FROM pg_proc WHERE proname = %s)",
-                           [*oids, name])
+            # (regtype's text is the type's name: "character varying".)
+            cursor.execute("SELECT %s::oid[]::regtype[]::text[], %s::oid[]::regtype[]::text[], "
+                           "EXISTS (SELECT 1 FROM pg_proc WHERE proname = %s)", [*oids, name])
             types, results, made = cursor.fetchone()
             if not made:
                 columns = ", ".join(f"jobs_r{i} {kind}" for i, kind in enumerate(results))
@@ -210,14 +212,10 @@ def _pg_type(value) -> str:
     return "unknown"
 
 
-_columns: list = []
-
-
+@functools.cache
 def _job_columns() -> str:
     """The job table's columns and their types: a function made for
     another schema is never reused."""
-    if not _columns:
-        from .models import Job
+    from .models import Job
 
-        _columns.append(repr([(f.column, f.db_type(connection)) for f in Job._meta.concrete_fields]))
-    return _columns[0]
+    return repr([(f.column, f.db_type(connection)) for f in Job._meta.concrete_fields])

@@ -14,7 +14,7 @@ from django.db.models import CharField, Expression, Q, QuerySet
 from .models import Job, JobEvent, Timer
 from .states import TERMINAL, State
 
-__all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "live_jobs", "expired_leases", "lease_expired",
+__all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "expired_leases", "lease_expired",
            "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
            "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
            "timers_pending_for_subject", "timers_due", "Literal"]
@@ -60,13 +60,6 @@ def finished_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
     """DONE and CANCELLED jobs (retention walks them through the partial
     indexes `job_finished_redacted` / `job_finished_unredacted`)."""
     return _jobs(jobs).filter(state__in=FINISHED)
-
-
-def live_jobs(*, jobs: QuerySet | None = None) -> QuerySet:
-    """Jobs in a live state (counted by (state, tenant) through `job_state_tenant`,
-    `job_leased_expiry` and the READY claim indexes; never the unbounded
-    finished history)."""
-    return _jobs(jobs).filter(state__in=LIVE)
 
 
 # ---------------------------------------------------------------- leases
