@@ -334,7 +334,11 @@ _last_seen = threading.local()
 # With a lease cap: which tenants to try to lock — under the cap and with
 # an eligible job — in the fair order (counts and jobs as this statement's
 # snapshot sees them: a pre-filter only; the claim counts again under the lock).
-_HAS_ELIGIBLE = "EXISTS (SELECT 1 FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter})"
+# Asked per tenant, as a subquery in the claim index's order (as EXISTS it
+# was pulled up into a semi-join that read every READY entry of the index,
+# whatever the tenant, on every capped claim).
+_HAS_ELIGIBLE = ("(SELECT e.id FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter} "
+                 "ORDER BY e.tenant, e.priority DESC, e.next_attempt_at ASC NULLS FIRST, e.id LIMIT 1) IS NOT NULL")
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) {finishing_load} AS leased

@@ -209,6 +209,14 @@ MUTANTS: list[Mutant] = [
     Mutant("recorded-by-epoch", "a worker's outcome counts only under the epoch it claimed", (
         Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
         ("tests/jobs/test_worker_writes.py",)),
+    Mutant("cap-eligible-by-key", "a capped claim asks each candidate tenant for work by that tenant's index "
+           "entries, not by a semi-join over every READY job", (
+        Edit("jobs/claim.py", '_HAS_ELIGIBLE = ("(SELECT e.id FROM jobs_job AS e WHERE',
+             '_HAS_ELIGIBLE = ("EXISTS (SELECT 1 FROM jobs_job AS e WHERE'),
+        Edit("jobs/claim.py", '"ORDER BY e.tenant, e.priority DESC, e.next_attempt_at ASC NULLS FIRST, e.id LIMIT 1) IS NOT NULL")',
+             '")")')),
+        (f"{CLAIM_SCALE}::test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_entries",),
+        postgres=True),
     Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
            "work falls due during another claim)", (
         Edit("jobs/claim.py", '"WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) "',

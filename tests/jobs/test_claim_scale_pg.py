@@ -469,6 +469,35 @@ def test_the_generic_plan_reads_jobs_by_key_when_statistics_say_the_table_is_emp
                            for kind, _, cond in on_jobs), on_jobs
 
 
+@pytest.mark.parametrize("tenants", [1, 3])
+def test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_entries(tenants):
+    """With a lease cap, the statement that picks the tenants to lock asks
+    each whether it has work it may claim. Written as EXISTS, that was
+    pulled up into a semi-join that read every READY entry of the claim
+    index (all tenants') on every capped claim: the capped claim cost the
+    more the longer the queue. Every read of jobs_job goes by a key, in
+    the plan a worker keeps (generic) as in a first one (custom)."""
+    store = Store()
+    store.enqueue_many(JobSpec(f"t{i % tenants}", f"k{i:05d}") for i in range(20_000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    # (The walk over every tenant runs only for a worker not limited to some.)
+    for template, listed in ((claim_sql._CAP_TENANTS_PG, None), (claim_sql._CAP_TENANTS_PG, ["t0"]),
+                             (claim_sql._CAP_TENANTS_ALL_PG, None)):
+        sql, params = claim_sql._statement(template, "w", Clock(None), 30, listed, ["jobs.noop"], 1, cap=2)
+        # (The lock's namespace written in: the probe would bind it as a bigint.)
+        sql = claim_sql._CAP_TRY_LOCKS.format(query=sql, want=1).replace("%(cap_namespace)s", "1")
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+        custom = _scans_of_jobs(json.loads(plan) if isinstance(plan, str) else plan)
+        for name, on_jobs in (("custom", custom), ("generic", _generic_plan_on_jobs(sql, params))):
+            case = (template is claim_sql._CAP_TENANTS_PG, listed, name)
+            assert on_jobs and _only_index_reads([scan[:2] for scan in on_jobs]), (case, on_jobs)
+            keyless = [scan for scan in on_jobs if not ("id" in scan[2] or "tenant" in scan[2])]
+            assert not keyless, (case, keyless)
+
+
 _PRUNE_DELETE = re.search(r"DELETE FROM jobs_readytenant .*?IS NULL", import_module(
     "jobs.migrations.0013_readytenant_prune_function").CREATE, re.S).group(0).replace("ANY(locked)", "ANY(%(tenants)s)")
 
