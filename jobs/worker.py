@@ -186,6 +186,10 @@ class Worker:
         # was asked for, plus the ttl — never later than the database's
         # `lease_until`. Guarded by `_lock`.
         self._lease_ends: dict[int, float] = {}
+        # Swept of leases long over when it grows past this (then twice what
+        # the sweep kept: a sweep per as many claims as entries it reads).
+        self._lease_ends_floor = 4 * (config.concurrency * config.batch + 1)
+        self._lease_ends_sweep_at = self._lease_ends_floor
 
     # ------------------------------------------------------------ lifecycle
 
@@ -461,14 +465,16 @@ class Worker:
 
     def _leased(self, jobs: list[Job], asked: float) -> None:
         """Note when the leases just granted (or renewed) run out at the
-        latest, and forget those long over."""
+        latest, and forget those long over. (A job's entry goes when its
+        success is written; other outcomes' entries, with the sweep.)"""
         ends = asked + self.config.lease_ttl
         with self._lock:
             for job in jobs:
                 self._lease_ends[job.id] = ends
-            if jobs and len(self._lease_ends) > 4 * (self.config.concurrency * self.config.batch + 1):
+            if len(self._lease_ends) > self._lease_ends_sweep_at:
                 stale = asked - self.config.lease_ttl
                 self._lease_ends = {job_id: end for job_id, end in self._lease_ends.items() if end > stale}
+                self._lease_ends_sweep_at = max(self._lease_ends_floor, 2 * len(self._lease_ends))
 
     def _lease_end(self, job: Job) -> float | None:
         with self._lock:
@@ -661,6 +667,8 @@ class Worker:
             self._event("batch.done", jobs=done, lost=len(lost_ids) or None)
         written = {job.id for job, _ in pending}
         with self._lock:
+            for job_id in written:
+                self._lease_ends.pop(job_id, None)
             for key in [k for k, r in self._running.items()
                         if isinstance(k, tuple) and k[0] == number and r.ctx.job.id in written]:
                 del self._running[key]
