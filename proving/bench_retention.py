@@ -5,6 +5,9 @@
    INSERT … SELECT on PostgreSQL). On PostgreSQL their history lands in day partitions created
    for that day (`--history default` puts it in the default partition
    instead: the row-delete path, as on SQLite).
+   With `kept`, as many jobs finished yesterday (tenant
+   `bench-retention-kept`, their history too) are loaded first: the prune
+   works in a table that large, and must leave them alone.
 2. Runs `work` no-op jobs through `processes` real workers alone
    (throughput before), then the same again while a real
    `manage.py prune --days 399` process deletes the loaded jobs (throughput
@@ -34,7 +37,11 @@ from .bench_common import SEARCH_ROWS_OF_INSERTED, delete_tenants
 
 TENANT = "bench-retention"
 TENANT_WORK = "bench-retention-work"
+# Jobs finished yesterday that the prune must leave alone (`--kept`): the
+# table the prune works in holds them too.
+TENANT_KEPT = "bench-retention-kept"
 AGE_DAYS = 400
+KEPT_AGE_DAYS = 1
 
 
 def _others_expired() -> int:
@@ -42,9 +49,9 @@ def _others_expired() -> int:
     return Job.objects.filter(finished_at__lt=cutoff).exclude(tenant=TENANT).count()
 
 
-def load(jobs: int, events: int, *, partitioned_history: bool) -> None:
-    """The finished jobs to delete and their history."""
-    finished = datetime.now(UTC).replace(hour=6, minute=0, second=0, microsecond=0) - timedelta(days=AGE_DAYS)
+def load(jobs: int, events: int, *, partitioned_history: bool, tenant: str = TENANT, age_days: int = AGE_DAYS) -> None:
+    """`jobs` jobs of `tenant` finished `age_days` ago, and their history."""
+    finished = datetime.now(UTC).replace(hour=6, minute=0, second=0, microsecond=0) - timedelta(days=age_days)
     if partitioned_history:
         history_partitions_ensure(now=finished, ahead=1)
     with transaction.atomic(), connection.cursor() as cursor:
@@ -62,7 +69,7 @@ def load(jobs: int, events: int, *, partitioned_history: bool) -> None:
             FROM generate_series(1, %(jobs)s) AS g
             RETURNING id, tenant, key, search_text)
             {SEARCH_ROWS_OF_INSERTED}
-            """, {"tenant": TENANT, "at": finished, "jobs": jobs})
+            """, {"tenant": tenant, "at": finished, "jobs": jobs})
         cursor.execute(
             """
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason,
@@ -70,7 +77,7 @@ def load(jobs: int, events: int, *, partitioned_history: bool) -> None:
             SELECT j.id, 'bench', '', 'DONE', 1, 'w', '', '', '{}'::jsonb, j.finished_at
             FROM jobs_job j CROSS JOIN generate_series(1, %(events)s) AS n
             WHERE j.tenant = %(tenant)s
-            """, {"tenant": TENANT, "events": events})
+            """, {"tenant": tenant, "events": events})
     with connection.cursor() as cursor:
         cursor.execute("VACUUM (ANALYZE) jobs_job")
         cursor.execute("ANALYZE jobs_jobevent")
@@ -101,17 +108,20 @@ def start_prune(extra: list[str]) -> subprocess.Popen:
 
 
 def run(*, jobs: int, events: int, work: int, processes: int, history: str, prune_args: list[str],
-        progress) -> list[str]:
+        progress, kept: int = 0) -> list[str]:
     if connection.vendor != "postgresql":
         raise BenchError("bench_retention measures PostgreSQL (its rows are loaded with generate_series)")
     if others := _others_expired():
         raise BenchError(f"{others} job(s) of other tenants finished more than {AGE_DAYS - 1} days ago: "
                          f"the sweep would delete them too; not starting")
     partitioned = history_partitioned() and history == "partitions"
-    delete_tenants([TENANT, TENANT_WORK])
+    delete_tenants([TENANT, TENANT_WORK, TENANT_KEPT])
+    began = time.monotonic()
+    if kept:
+        progress(f"loading {kept:,} jobs finished {KEPT_AGE_DAYS} day(s) ago × {events} history rows, to keep …")
+        load(kept, events, partitioned_history=partitioned, tenant=TENANT_KEPT, age_days=KEPT_AGE_DAYS)
     progress(f"loading {jobs:,} finished jobs × {events} history rows "
              f"({'day partitions' if partitioned else 'default partition / plain table'}) …")
-    began = time.monotonic()
     load(jobs, events, partitioned_history=partitioned)
     progress(f"loaded in {time.monotonic() - began:.0f} s; throughput before …")
     before = throughput(work, processes)
@@ -123,11 +133,17 @@ def run(*, jobs: int, events: int, work: int, processes: int, history: str, prun
     report = json.loads(out.strip().splitlines()[-1])
     deleted = report["deleted"].get("jobs.Job", 0)
     left = Job.objects.filter(tenant=TENANT).count()
-    delete_tenants([TENANT])
+    still_kept = Job.objects.filter(tenant=TENANT_KEPT).count()
+    if kept:
+        progress(f"deleting the {kept:,} kept jobs …")
+    delete_tenants([TENANT, TENANT_KEPT])
     rate = deleted / report["seconds"] if report["seconds"] else 0.0
     return [
         f"Retention while {processes} worker process(es) run no-op jobs (PostgreSQL, "
-        f"{jobs:,} jobs × {events} history rows, history in "
+        f"{jobs:,} jobs × {events} history rows to delete"
+        + (f" in a table of {jobs + kept:,} jobs ({still_kept:,} of {kept:,} jobs finished yesterday kept)"
+           if kept else "")
+        + ", history in "
         f"{'day partitions: dropped whole' if partitioned else 'rows: deleted one by one'}):",
         f"  prune deleted {deleted:,} jobs and {report['deleted'].get('jobs.JobEvent', 0):,} history rows "
         f"in {report['seconds']:.1f} s: {rate:,.0f} jobs/s; partitions dropped "

@@ -10,13 +10,17 @@ from proving.bench import BenchError
 class Command(BaseCommand):
     help = ("Retention figures on PostgreSQL: loads --jobs DONE jobs (tenant bench-retention, finished 400 days "
             "ago) with --events history rows each, measures no-op jobs/s through --processes real workers alone, "
-            "then again while a real `manage.py prune --days 399` deletes the loaded jobs; prints jobs/s deleted "
+            "then again while a real `manage.py prune --days 399` deletes the loaded jobs (with --kept, in a table "
+            "that also holds that many jobs finished yesterday, which it must keep); prints jobs/s deleted "
             "and the workers' throughput during it as a ratio of before. Refuses to start when other tenants' "
             "jobs finished more than 399 days ago (the prune would delete them too). Progress on stderr.")
 
     def add_arguments(self, parser):
         parser.add_argument("--jobs", type=whole_flag(1, 50_000_000), default=300_000,
                             help="Finished jobs loaded for the prune to delete (default 300,000).")
+        parser.add_argument("--kept", type=whole_flag(0, 100_000_000), default=0,
+                            help="Jobs finished yesterday loaded first, which the prune must keep: the table it "
+                                 "works in then holds --jobs + --kept jobs (default 0).")
         parser.add_argument("--events", type=whole_flag(1, 50), default=4,
                             help="History rows per loaded job (default 4).")
         parser.add_argument("--work", type=whole_flag(100, 1_000_000), default=3000,
@@ -33,7 +37,8 @@ class Command(BaseCommand):
         try:
             lines = bench_retention.run(jobs=opts["jobs"], events=opts["events"], work=opts["work"],
                                         processes=opts["processes"], history=opts["history"],
-                                        prune_args=opts["prune_args"].split(), progress=self.stderr.write)
+                                        prune_args=opts["prune_args"].split(), progress=self.stderr.write,
+                                        kept=opts["kept"])
         except BenchError as error:
             raise CommandError(str(error)) from error
         self.stdout.write("\n".join(lines))
