@@ -134,11 +134,8 @@ def run(*, jobs: int, events: int, work: int, processes: int, history: str, prun
     deleted = report["deleted"].get("jobs.Job", 0)
     left = Job.objects.filter(tenant=TENANT).count()
     still_kept = Job.objects.filter(tenant=TENANT_KEPT).count()
-    if kept:
-        progress(f"deleting the {kept:,} kept jobs …")
-    delete_tenants([TENANT, TENANT_KEPT])
     rate = deleted / report["seconds"] if report["seconds"] else 0.0
-    return [
+    lines = [
         f"Retention while {processes} worker process(es) run no-op jobs (PostgreSQL, "
         f"{jobs:,} jobs × {events} history rows to delete"
         + (f" in a table of {jobs + kept:,} jobs ({still_kept:,} of {kept:,} jobs finished yesterday kept)"
@@ -151,3 +148,9 @@ def run(*, jobs: int, events: int, work: int, processes: int, history: str, prun
         f"  workers: {before:,.0f} jobs/s before, {during:,.0f} jobs/s during "
         f"({during / before:.0%} of before){'' if overlapped else ' — the prune ended before the workers did'}",
     ]
+    if kept:
+        # (Deleting them row by row takes a while: the figures first.)
+        progress("\n".join(lines))
+        progress(f"deleting the {kept:,} kept jobs (the figures above are final) …")
+    delete_tenants([TENANT, TENANT_KEPT])
+    return lines
