@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from jobs.store import JobSpec, Store
 
 from .bench import (BENCH_ACTION, TENANT_E2E, TENANT_LATENCY, BenchError, WorkerFleet, _as_aware, _last_finish,
-                    _start_delays_ms, _wait_done, database_url, db_now, percentile)
+                    _start_delays_ms, _vacuum, _wait_done, database_url, db_now, percentile)
 from .bench_common import delete_tenants, table, verdict
 from .pgbouncer import PgBouncerError, start_pgbouncer
 
@@ -93,6 +93,9 @@ def pooler_bench(config: PoolerConfig, *, progress=lambda message: None) -> Pool
 
 def _throughput(config: PoolerConfig, env: dict) -> float:
     delete_tenants([TENANT_E2E])
+    # Each run on a table without the previous run's dead rows (the pooled
+    # run came second and paid for the direct run's; autovacuum may be off).
+    _vacuum()
     args = ("--concurrency", str(config.concurrency)) if config.concurrency > 1 else ()
     with WorkerFleet(config.processes, label="pooler", poll_interval=0.5, args=args, env=env) as fleet:
         specs = [JobSpec(TENANT_E2E, f"e2e-{i:07d}", action=BENCH_ACTION) for i in range(config.jobs)]
