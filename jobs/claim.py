@@ -255,6 +255,11 @@ _TENANTS_LISTED = """
         SELECT DISTINCT tenant FROM (VALUES {listed}) AS v (tenant)
     ),"""
 
+# A tenant's READY jobs in claim order: the order of job_claim_tenant, which
+# "tenant" leads so that no other index can serve it (unqualified: each use
+# reads one table).
+_CLAIM_ORDER = "tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id"
+
 _FAIR_PG = """
     WITH {finish} {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
@@ -270,8 +275,7 @@ _FAIR_PG = """
         CROSS JOIN LATERAL (
             SELECT id, priority, next_attempt_at FROM jobs_job
             WHERE tenant = l.tenant AND {eligible} {action_filter}
-            -- "tenant" leads so only job_claim_tenant can serve this order.
-            ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+            ORDER BY {claim_order}
             LIMIT (SELECT CASE WHEN count(*) > 1 THEN {limit} / count(*) + {heads_many} ELSE {heads_one} END
                    FROM load)
         ) AS h
@@ -312,7 +316,7 @@ _GLOBAL_PG = """
     WITH {finish} {one_tenant_cte} candidate AS (
         SELECT id FROM jobs_job
         WHERE {eligible} {tenant_filter} {action_filter} {single_gate}
-        ORDER BY tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id
+        ORDER BY {claim_order}
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ),
@@ -338,7 +342,7 @@ _last_seen = threading.local()
 # was pulled up into a semi-join that read every READY entry of the index,
 # whatever the tenant, on every capped claim).
 _HAS_ELIGIBLE = ("(SELECT e.id FROM jobs_job AS e WHERE e.tenant = {tenant} AND {eligible} {action_filter} "
-                 "ORDER BY e.tenant, e.priority DESC, e.next_attempt_at ASC NULLS FIRST, e.id LIMIT 1) IS NOT NULL")
+                 "ORDER BY {claim_order} LIMIT 1) IS NOT NULL")
 _CAP_TENANTS_PG = """
     WITH {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery, ({leased}) {finishing_load} AS leased
@@ -625,7 +629,8 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         leased=_LEASED,
         no_ready_l=_NO_READY.format(tenant="l.tenant"),
         has_eligible=_HAS_ELIGIBLE.format(tenant="t.tenant", eligible=ELIGIBLE_SQL.format(now=now),
-                                          action_filter=action_filter),
+                                          action_filter=action_filter, claim_order=_CLAIM_ORDER),
+        claim_order=_CLAIM_ORDER,
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
         # The one-tenant claim takes nothing unless at most one tenant holds

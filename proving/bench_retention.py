@@ -78,6 +78,11 @@ def load(jobs: int, events: int, *, partitioned_history: bool, tenant: str = TEN
             FROM jobs_job j CROSS JOIN generate_series(1, %(events)s) AS n
             WHERE j.tenant = %(tenant)s
             """, {"tenant": tenant, "events": events})
+
+
+def _settle() -> None:
+    """After the loads: the table vacuumed and analysed once, as autovacuum
+    would have it before a sweep."""
     with connection.cursor() as cursor:
         cursor.execute("VACUUM (ANALYZE) jobs_job")
         cursor.execute("ANALYZE jobs_jobevent")
@@ -123,6 +128,7 @@ def run(*, jobs: int, events: int, work: int, processes: int, history: str, prun
     progress(f"loading {jobs:,} finished jobs × {events} history rows "
              f"({'day partitions' if partitioned else 'default partition / plain table'}) …")
     load(jobs, events, partitioned_history=partitioned)
+    _settle()
     progress(f"loaded in {time.monotonic() - began:.0f} s; throughput before …")
     before = throughput(work, processes)
     progress(f"{before:.0f} jobs/s before; starting prune {' '.join(prune_args)} and the same work …")

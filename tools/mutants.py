@@ -213,7 +213,7 @@ MUTANTS: list[Mutant] = [
            "entries, not by a semi-join over every READY job", (
         Edit("jobs/claim.py", '_HAS_ELIGIBLE = ("(SELECT e.id FROM jobs_job AS e WHERE',
              '_HAS_ELIGIBLE = ("EXISTS (SELECT 1 FROM jobs_job AS e WHERE'),
-        Edit("jobs/claim.py", '"ORDER BY e.tenant, e.priority DESC, e.next_attempt_at ASC NULLS FIRST, e.id LIMIT 1) IS NOT NULL")',
+        Edit("jobs/claim.py", '"ORDER BY {claim_order} LIMIT 1) IS NOT NULL")',
              '")")')),
         (f"{CLAIM_SCALE}::test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_entries",),
         postgres=True),

@@ -3,6 +3,7 @@
 import signal
 
 import pytest
+from django.db import connection
 from django.db.models import Q
 from django.test import override_settings
 
@@ -117,10 +118,6 @@ def test_a_capped_claim_holds_the_locks_of_no_more_tenants_than_it_may_take_jobs
     batch size is held: a claim of one job that locked every candidate (six
     tenants here) made every concurrent claimer find them taken, and wait.
     (The test's transaction keeps the claim's locks until it ends.)"""
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (advisory locks)")
     for tenant in range(8):
         store.enqueue_many(JobSpec(f"t{tenant}", f"t{tenant}-{i}") for i in range(3))
     jobs = store.claim_batch("w", limit=batch)

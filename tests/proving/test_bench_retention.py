@@ -36,7 +36,6 @@ def test_the_bench_prune_deletes_its_old_jobs_and_redacts_no_one_elses(store, mo
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)  # the load ends with a VACUUM
 def test_the_jobs_loaded_to_keep_survive_the_bench_prune_and_the_old_ones_go(monkeypatch):
     """`--kept`: the prune works in a table that also holds jobs finished
     yesterday; it deletes the loaded old jobs and their history, and keeps
