@@ -15,7 +15,7 @@ running, so a batch is spread over tenants the way k single claims would be.
 A tenant at `JOBS_TENANT_LEASE_CAP` concurrent leases is skipped; the others
 are not held back by it.
 
-PostgreSQL, default path (`_FAIR_PG`, one statement):
+PostgreSQL, default path (the fair claim, one statement):
 - **which tenants**: a sample from `jobs_readytenant` (tenants with READY
   work, kept by triggers, migration 0007): the `SAMPLE_TENANTS` that follow a
   random point in the table's random `slot` order, plus the `NEWEST_TENANTS`
@@ -25,19 +25,30 @@ PostgreSQL, default path (`_FAIR_PG`, one statement):
   the choice is exact.
 - **load**: each sampled tenant's LEASED jobs are counted (index
   `job_leased_expiry`, (tenant, lease_until)), never the whole table's.
-- **heads**: each tenant's first eligible jobs from `job_claim_tenant`.
-- **lock**: the heads are ranked once (`ordered`, materialized) and fetched
-  one by one **by primary key** in that order, `FOR UPDATE SKIP LOCKED`, until
-  `limit` are locked — a nested loop over a handful of ids, the only plan a
+- **one job** (`limit` 1, the default worker; `_FAIR_ONE_PG`): the tenants
+  are ranked by load (ties by lottery) and asked in that order for their
+  first eligible job no one else holds, from `job_claim_tenant` by the
+  tenant's key, locked as it is found (`FOR UPDATE SKIP LOCKED`): the first
+  tenant nearly always has one, so a claim reads one tenant's entries.
+  The tenants asked before the one that gave a job (all, if none did) are
+  the ones checked for having no READY job left (below).
+- **a batch** (`_FAIR_PG`): **heads**, each tenant's first eligible jobs
+  from `job_claim_tenant`; **lock**: the heads are ranked once (`ordered`,
+  materialized) and fetched one by one **by primary key** in that order,
+  `FOR UPDATE SKIP LOCKED`, until `limit` are locked — a nested loop over a handful of ids, the only plan a
   parameterised lateral primary-key lookup has, whatever the statistics say
   (a table loaded a second ago and one of ten million rows get the same plan).
   A row another claimer took meanwhile fails the state re-check or is skipped.
-- the chosen rows are leased in the same statement. The statement also
-  reports sampled tenants that turned out to have no READY job left;
-  `_prune` removes them from the sample table (one statement after the
-  claim's: the function of migration 0009).
-If nothing could be locked (every candidate was taken by concurrent claimers,
-or the sample's work is all scheduled for later) the plain claim runs
+- the chosen rows are leased in the same statement. Sampled tenants that
+  turned out to have no READY job left are removed from the sample table by
+  the same statement, which calls the prune function of migration 0013 (it
+  locks the rows no adder holds, then asks again in a fresh snapshot) — in
+  the claim's transaction: no round trip or commit of its own.
+If nothing could be locked and the claim took drained tenants out of the
+sample, a second fair claim samples again (with many tenants of a job or two
+each, a sample can be all drained ones). If nothing could be locked (every
+candidate was taken by concurrent claimers, or the sample's work is all
+scheduled for later) the plain claim runs
 (`_GLOBAL_PG`: the first eligible unlocked jobs in `job_claim_tenant` order),
 so contention never makes a busy queue look empty.
 
@@ -77,7 +88,6 @@ tenant is chosen by a small exact query first (one per job of a batch).
 import datetime
 import random
 import re
-import secrets
 import threading
 from dataclasses import dataclass
 
@@ -260,13 +270,31 @@ _TENANTS_LISTED = """
 # reads one table).
 _CLAIM_ORDER = "tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id"
 
-_FAIR_PG = """
+# The fair claims' end: lease the candidates; sampled tenants without a
+# single READY job ({gone}: asked of the tenants the claim looked at) are
+# taken out of the sample by the prune function, called from this statement
+# (in its transaction, no round trip or commit of its own): a volatile
+# function's statements each take a new snapshot, so it locks the rows no
+# adder holds and asks again after the lock (migration 0013).
+_FAIR_TAIL = """
+    SELECT c.*, g.pruned, g.finished, (SELECT count(*) FROM load) AS population FROM (
+        SELECT (SELECT CASE WHEN cardinality(gone.tenants) > 0 THEN jobs_readytenant_prune(gone.tenants) END
+                FROM (SELECT ARRAY({gone}) AS tenants) AS gone) AS pruned,
+               {finished} AS finished
+    ) AS g LEFT JOIN claimed AS c ON true
+"""
+
+# The sampled (or listed) tenants, each with its lease count and lottery ticket.
+_LOAD = """
     WITH {finish} {tenants} load AS MATERIALIZED (
         SELECT t.tenant, md5(t.tenant || %(lottery)s) AS lottery,
                CASE WHEN (SELECT count(*) FROM tenants) = 1 AND %(cap)s = 0 THEN 0
                     ELSE ({leased}) {finishing_load} END AS leased
         FROM tenants AS t
-    ), heads AS MATERIALIZED (
+    ),"""
+
+_FAIR_PG = _LOAD + """
+    heads AS MATERIALIZED (
         SELECT h.id, l.tenant, l.lottery, h.priority, h.next_attempt_at,
                -- The load this tenant would have if its earlier heads ran too.
                l.leased + row_number() OVER (PARTITION BY l.tenant ORDER BY h.priority DESC,
@@ -298,17 +326,38 @@ _FAIR_PG = """
         ORDER BY o.position
         LIMIT {limit}
     ),
-""" + _LEASE_PG + """
-    SELECT c.*, g.gone, g.finished, (SELECT count(*) FROM load) AS population FROM (
-        -- Sampled tenants without a single READY job: taken out of the sample.
-        SELECT ARRAY(
-            -- Asked in this order (CASE): the heads first, then the table.
-            SELECT l.tenant FROM load AS l
-            WHERE CASE WHEN EXISTS (SELECT 1 FROM heads AS h WHERE h.tenant = l.tenant) THEN false
-                  ELSE {no_ready_l} END
-        ) AS gone, {finished} AS finished
-    ) AS g LEFT JOIN claimed AS c ON true
-"""
+""" + _LEASE_PG + _FAIR_TAIL
+# (Each sampled tenant without heads is asked whether it has READY work at all.)
+_GONE_OF_HEADS = ("SELECT l.tenant FROM load AS l WHERE CASE WHEN EXISTS (SELECT 1 FROM heads AS h "
+                  "WHERE h.tenant = l.tenant) THEN false ELSE {no_ready} END")
+
+# One job (the default worker, `limit` 1): the tenants are ranked once, least
+# loaded first (ties by lottery), and asked in that order for their first
+# eligible job no one else holds, locked as it is found (FOR UPDATE SKIP
+# LOCKED, in the claim index's order: a row another claimer leased meanwhile
+# fails the state test again, on its newest version) — the first tenant
+# nearly always has one, so a claim reads one tenant's claim index entries,
+# not the heads of every sampled tenant, and ranks tenants, not jobs.
+_FAIR_ONE_PG = _LOAD + """
+    ranked AS MATERIALIZED (
+        SELECT tenant, row_number() OVER (ORDER BY leased, lottery) AS position FROM load {cap_filter_one}
+    ), candidate AS (
+        SELECT h.id, r.position FROM (SELECT tenant, position FROM ranked ORDER BY position OFFSET 0) AS r
+        CROSS JOIN LATERAL (
+            SELECT id FROM jobs_job
+            WHERE tenant = r.tenant AND {eligible} {action_filter}
+            ORDER BY {claim_order}
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED
+        ) AS h
+        LIMIT 1
+    ),
+""" + _LEASE_PG + _FAIR_TAIL
+# (The tenants asked before the one that gave a job — all of them when none
+# did — are asked whether they have READY work at all.)
+_GONE_OF_RANKED = ("SELECT rk.tenant FROM ranked AS rk WHERE rk.position < coalesce((SELECT c.position FROM "
+                   "candidate AS c), (SELECT count(*) + 1 FROM ranked)) AND {no_ready}")
+
 
 # Tenant-first like every claim: job_claim_tenant serves it (with one tenant
 # listed, "tenant" is a constant and the order is the tenant's claim order).
@@ -321,7 +370,7 @@ _GLOBAL_PG = """
         FOR UPDATE SKIP LOCKED
     ),
 """ + _LEASE_PG + """
-    SELECT c.*, NULL AS gone, g.finished, {population} AS population
+    SELECT c.*, NULL AS pruned, g.finished, {population} AS population
     FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """
 
@@ -495,17 +544,23 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
         # what the fair claim would. Else it claims nothing (its finishes
         # are written) and the fair claim runs; so it does when the one
         # tenant had nothing to claim (it prunes a drained tenant).
-        jobs, finished, population = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, None, actions, limit,
-                                                      finish=finish, one_tenant=True))
+        jobs, finished, population, _ = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, None, actions, limit,
+                                                         finish=finish, one_tenant=True))
         if jobs or population == 0:
             return jobs, finished
         finish = None
-    jobs, written, population = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit, cap=cap,
-                                                 finish=finish))
+    jobs, written, population, pruned = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit,
+                                                         cap=cap, finish=finish))
     finished |= written
     if not tenants and not cap:
         # (The sample holds every tenant when there are few: one means one.)
         _last_seen.one_tenant = population <= 1
+        if not jobs and pruned:
+            # A sample of drained tenants (a queue emptying, many tenants
+            # with a job or two): they are out of the table now, and a new
+            # sample costs a tenth of the plain claim, which walks the claim
+            # index past every entry the drained tenants left.
+            jobs = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit))[0]
     if not jobs and not cap:
         # (The finishes were written by the first statement.)
         jobs = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit))[0]
@@ -587,7 +642,9 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
             # spread over them the way that many single claims would.)
             params.update(slot=random.random(), fresh=FRESH_SECONDS)
             tenants_cte = _TENANTS_SAMPLED
-        params["lottery"] = secrets.token_hex(4)
+        # (Not secret, only fresh per claim: the secrets module's system
+        # randomness cost a twentieth of a worker's CPU.)
+        params["lottery"] = f"{random.getrandbits(32):08x}"
     else:
         tenants_cte = ""
     tenant_filter = f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else ""
@@ -616,6 +673,10 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
              "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     # (The updates that return a job join no other table: the names are the job's.)
     returning = ", ".join(JOB_COLUMNS)
+    gone = _GONE_OF_HEADS.format(no_ready=_NO_READY.format(tenant="l.tenant"))
+    if template is _FAIR_PG and int(limit) == 1:
+        template = _FAIR_ONE_PG
+        gone = _GONE_OF_RANKED.format(no_ready=_NO_READY.format(tenant="rk.tenant"))
     return _compact(template.format(
         returning=returning,
         tenants=tenants_cte.format(**sizes),
@@ -624,10 +685,11 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         tenant_filter=tenant_filter,
         action_filter=action_filter,
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
+        cap_filter_one="WHERE leased < %(cap)s" if cap else "",
+        gone=gone,
         finish=_finish_sql(now, finish) if finish else "",
         finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
-        no_ready_l=_NO_READY.format(tenant="l.tenant"),
         has_eligible=_HAS_ELIGIBLE.format(tenant="t.tenant", eligible=ELIGIBLE_SQL.format(now=now),
                                           action_filter=action_filter, claim_order=_CLAIM_ORDER),
         claim_order=_CLAIM_ORDER,
@@ -653,34 +715,23 @@ def _compact(sql: str) -> str:
     return " ".join(re.sub(r"--[^\n]*", "", sql).split()).replace("( ", "(").replace(" )", ")")
 
 
-def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None]:
+def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None, int]:
     """Run a claim statement: the jobs it leased, the ids of the finishes it
-    wrote (with `finish`) and how many tenants with READY work it saw (the
-    fair claim: its sample's size; the one-tenant claim: up to two)."""
+    wrote (with `finish`), how many tenants with READY work it saw (the
+    fair claim: its sample's size; the one-tenant claim: up to two) and how
+    many drained tenants it took out of the sample (the fair claim)."""
     with connection.cursor() as cursor:
         _fast_datetimes(cursor)
         pooling.execute(cursor, sql, params)
         rows = cursor.fetchall()
-    claimed, gone, finished, population = [], [], set(), None
+    claimed, finished, population, pruned = [], set(), None, 0
     for row in rows:
-        gone = row[-3] or gone
+        pruned = row[-3] or pruned
         finished = row[-2] or finished
         population = row[-1]
         if row[0] is not None:
             claimed.append(row[:-3])
-    jobs = jobs_from_rows(JOB_COLUMNS, claimed)
-    if gone:
-        _prune(gone)
-    return jobs, set(finished), population
-
-
-def _prune(tenants: list[str]) -> None:
-    """Take tenants without READY jobs out of the sample table — only rows no
-    transaction adding work holds (SKIP LOCKED), and only if a fresh snapshot,
-    taken after the lock, still sees no READY job (migrations 0007 and 0009:
-    one statement, the function runs both steps)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [tenants])
+    return jobs_from_rows(JOB_COLUMNS, claimed), set(finished), population, pruned
 
 
 # Every column of a job, in the order the claim statements return them

@@ -400,13 +400,19 @@ class Worker:
         self._batch.pending, self._batch.doubt = [], {}
         watched = connection.execute_wrapper(self._watch_statement)
         watched.__enter__()
+        aged_at = 0.0  # monotonic; when the connection's age was last checked
         try:
             while not self._stopping.is_set():
                 with self._work:
                     seen = self._generation
                 try:
                     with self._db_call("claim"):
-                        close_old_connections()
+                        if time.monotonic() >= aged_at:
+                            # CONN_MAX_AGE, checked once a second, not per
+                            # claim (a broken connection is closed by the
+                            # back-off that follows its error).
+                            close_old_connections()
+                            aged_at = time.monotonic() + 1.0
                         jobs = self._finish_and_claim(number)
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - a slot outlives any one failure

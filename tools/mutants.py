@@ -143,6 +143,13 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
              after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    Mutant("skip-locked-one", "concurrent claimers step over locked rows instead of queueing (the fair claim of one job)", (
+        Edit("jobs/claim.py", "            FOR UPDATE SKIP LOCKED", "            FOR UPDATE", after="_FAIR_ONE_PG = _LOAD"),),
+        ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    Mutant("fair-resample", "a claim whose sample was all drained tenants samples again before the plain claim", (
+        Edit("jobs/claim.py", "        if not jobs and pruned:", "        if False:"),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_"
+         "walking_the_whole_claim_index",), postgres=True),
     Mutant("cap-fallback", "a capped claim goes past sampled tenants at their cap to ones it can serve", (
         Edit("jobs/claim.py", "if not tried and not tenants:", "if False:"),),
         ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),

@@ -237,16 +237,18 @@ def _assert_claim_plan(limit: int, actions=None) -> None:
     plan = json.loads(plan) if isinstance(plan, str) else plan
     nodes = list(_plan_nodes(plan[0]["Plan"]))
     on_jobs = [scan[:2] for scan in _scans_of_jobs(plan)]
-    # The rows to lock and lease are fetched by primary key, the heads from
-    # the claim index in claim order: no sequential scan of the table, no
+    # The row to lease is updated by primary key, the heads read from the
+    # claim index in claim order: no sequential scan of the table, no
     # bitmap scan but of primary keys, no sort of its READY rows.
     assert ("Index Scan", "jobs_job_pkey") in on_jobs, on_jobs
     assert any(index == "job_claim_tenant" for _, index in on_jobs), on_jobs
     assert _only_index_reads(on_jobs), on_jobs
+    # The rows locked: a batch's ranked heads by primary key; one job, the
+    # first a ranked tenant has, from the claim index by that tenant's key.
     locks = [node for node in nodes if node["Node Type"] == "LockRows"]
-    assert locks and all(
-        any(n.get("Index Name") == "jobs_job_pkey" for n in _plan_nodes(lock)) for lock in locks
-    ), locks
+    locked_by = {(n.get("Index Name"), "tenant" in n.get("Index Cond", "")) for lock in locks
+                 for n in _plan_nodes(lock) if n.get("Relation Name") == "jobs_job"}
+    assert locked_by == ({("job_claim_tenant", True)} if limit == 1 else {("jobs_job_pkey", False)}), locked_by
 
 
 @pytest.mark.parametrize("limit", [1, 100])
@@ -304,8 +306,44 @@ def test_a_tenant_left_without_ready_work_is_pruned_but_one_with_work_stays(stor
     assert _sampled() == set()
     store.enqueue("b", "b1")
     assert _sampled() == {"b"}
-    claim_sql._prune(["b"])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [["b"]])
     assert _sampled() == {"b"}
+
+
+def test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_walking_the_whole_claim_index(
+        store, monkeypatch):
+    """Many tenants with a job or two: a sample can be all tenants whose
+    work is gone (not yet taken out of the sample table). The claim takes
+    them out, samples again and finds the tenant with work — the plain
+    claim, which walks the claim index past every drained entry, is not
+    needed."""
+    drained = [f"d{i}" for i in range(claim_sql.SAMPLE_TENANTS + 2)]
+    for tenant in drained:
+        store.enqueue(tenant, "k")
+        job = store.claim_next("w", tenants=[tenant, "other"])  # a listed claim prunes nothing
+        store.finish(tenant, "k", "w", job.lease_epoch)
+    store.enqueue("busy", "work")
+    # The drained tenants first in slot order, none of them new.
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_readytenant SET added = now() - interval '1 hour', "
+                       "slot = CASE WHEN tenant = 'busy' THEN 0.99 ELSE 0.01 * ascii(right(tenant, 1)) / 100 END")
+    assert _sampled() == {*drained, "busy"}
+    monkeypatch.setattr(claim_sql.random, "random", lambda: 0.0)
+    claim_sql._last_seen.one_tenant = False
+    used = []
+    statement = claim_sql._statement
+
+    def spy(template, *args, **kwargs):
+        used.append("fair" if template is claim_sql._FAIR_PG else "plain")
+        return statement(template, *args, **kwargs)
+
+    monkeypatch.setattr(claim_sql, "_statement", spy)
+    job = store.claim_next("w")
+    assert job is not None and job.tenant == "busy"
+    assert used == ["fair", "fair"]
+    # (The first sample's tenants are out; the second's, asked before "busy", may be too.)
+    assert "busy" in _sampled() and not _sampled() & set(drained[:claim_sql.SAMPLE_TENANTS])
 
 
 def test_pruning_skips_a_tenant_whose_new_work_is_not_committed_yet(store):
@@ -329,7 +367,9 @@ def test_pruning_skips_a_tenant_whose_new_work_is_not_committed_yet(store):
     proc.start()
     try:
         assert started.wait(60)
-        claim_sql._prune(["a"])  # does not wait for the enqueuer, and keeps "a"
+        # The claim finds "a" drained in its snapshot and prunes it in the
+        # same statement — which does not wait for the enqueuer, and keeps "a".
+        assert store.claim_next("w") is None
         assert _sampled() == {"a"}
     finally:
         release.set()
