@@ -146,6 +146,15 @@ MUTANTS: list[Mutant] = [
     Mutant("skip-locked-one", "concurrent claimers step over locked rows instead of queueing (the fair claim of one job)", (
         Edit("jobs/claim.py", "            FOR UPDATE SKIP LOCKED", "            FOR UPDATE", after="_FAIR_ONE_PG = _LOAD"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
+    Mutant("fair-one-least-loaded", "the fair claim of one job asks the least-loaded tenant first", (
+        Edit("jobs/claim.py", "SELECT tenant, row_number() OVER (ORDER BY leased, lottery) AS position FROM load",
+             "SELECT tenant, row_number() OVER (ORDER BY lottery) AS position FROM load"),),
+        ("tests/jobs/test_fairness.py::test_least_loaded_tenant_is_served_first",
+         "tests/jobs/test_fairness.py::test_claims_alternate_between_tenants_while_their_jobs_run"), postgres=True),
+    Mutant("fair-one-cap", "the capped claim of one job passes over a tenant at its cap", (
+        Edit("jobs/claim.py", 'cap_filter_one="WHERE leased < %(cap)s" if cap else "",', 'cap_filter_one="",'),),
+        ("tests/jobs/test_fairness.py::test_a_tenant_at_its_lease_cap_waits_without_blocking_others",
+         "tests/jobs/test_claim_scale_pg.py"), postgres=True),
     Mutant("fair-resample", "a claim whose sample was all drained tenants samples again before the plain claim", (
         Edit("jobs/claim.py", "        if not jobs and pruned:", "        if False:"),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_"
