@@ -35,9 +35,10 @@ PostgreSQL, default path (the fair claim, one statement):
 - **a batch** (`_FAIR_PG`): **heads**, each tenant's first eligible jobs
   from `job_claim_tenant`; **lock**: the heads are ranked once (`ordered`,
   materialized) and fetched one by one **by primary key** in that order,
-  `FOR UPDATE SKIP LOCKED`, until `limit` are locked — a nested loop over a handful of ids, the only plan a
-  parameterised lateral primary-key lookup has, whatever the statistics say
-  (a table loaded a second ago and one of ten million rows get the same plan).
+  `FOR UPDATE SKIP LOCKED`, until `limit` are locked — a nested loop over a
+  handful of ids, the only plan a parameterised lateral primary-key lookup
+  has, whatever the statistics say (a table loaded a second ago and one of
+  ten million rows get the same plan).
   A row another claimer took meanwhile fails the state re-check or is skipped.
 - the chosen rows are leased in the same statement. Sampled tenants that
   turned out to have no READY job left are removed from the sample table by
@@ -277,10 +278,10 @@ _CLAIM_ORDER = "tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id"
 # function's statements each take a new snapshot, so it locks the rows no
 # adder holds and asks again after the lock (migration 0013).
 _FAIR_TAIL = """
-    SELECT c.*, g.pruned, g.finished, (SELECT count(*) FROM load) AS population FROM (
-        SELECT (SELECT CASE WHEN cardinality(gone.tenants) > 0 THEN jobs_readytenant_prune(gone.tenants) END
-                FROM (SELECT ARRAY({gone}) AS tenants) AS gone) AS pruned,
-               {finished} AS finished
+    SELECT c.*, g.*, (SELECT count(*) FROM load) AS population FROM (
+        -- (g: pruned, finished.)
+        SELECT (SELECT CASE WHEN cardinality(d.t) > 0 THEN jobs_readytenant_prune(d.t) END
+                FROM (SELECT ARRAY({gone}) AS t) AS d) AS pruned, {finished} AS finished
     ) AS g LEFT JOIN claimed AS c ON true
 """
 
@@ -328,7 +329,7 @@ _FAIR_PG = _LOAD + """
     ),
 """ + _LEASE_PG + _FAIR_TAIL
 # (Each sampled tenant without heads is asked whether it has READY work at all.)
-_GONE_OF_HEADS = ("SELECT l.tenant FROM load AS l WHERE CASE WHEN EXISTS (SELECT 1 FROM heads AS h "
+_GONE_OF_HEADS = ("SELECT l.tenant FROM load AS l WHERE CASE WHEN EXISTS (SELECT FROM heads AS h "
                   "WHERE h.tenant = l.tenant) THEN false ELSE {no_ready} END")
 
 # One job (the default worker, `limit` 1): the tenants are ranked once, least

@@ -594,3 +594,17 @@ def test_with_one_tenant_the_claim_is_the_tenant_s_own_and_a_second_tenant_turns
     store.claim_next("w3")
     assert used == ["fair"]  # two tenants: the fair claim from then on
     assert other.tenant == "big"
+
+
+@pytest.mark.parametrize("limit", [1, 10, 1000])
+def test_a_worker_s_claim_statement_is_short_enough_for_psycopg_to_keep_its_conversion(limit):
+    """psycopg converts a query's named parameters to $n once and keeps the
+    result only for a query of at most 4 KiB (`_compact`): the statement a
+    default worker sends per job (or per batch) — its finishes, the fair
+    claim, an `--action` filter — stays under that."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    finish = claim_sql.Finishes(ids=[1, 2], epochs=[1, 1], tenants=["a", "b"], results=[None, None])
+    sql, _ = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30, None, ["jobs.bench_noop"], limit,
+                                  finish=finish)
+    assert len(sql.encode()) <= MAX_CACHED_STATEMENT_LENGTH, len(sql)
