@@ -330,7 +330,7 @@ _FAIR_PG = _LOAD + """
 """ + _LEASE_PG + _FAIR_TAIL
 # (Each sampled tenant without heads is asked whether it has READY work at all.)
 _GONE_OF_HEADS = ("SELECT l.tenant FROM load AS l WHERE CASE WHEN EXISTS (SELECT FROM heads AS h "
-                  "WHERE h.tenant = l.tenant) THEN false ELSE {no_ready} END")
+                  "WHERE h.tenant = l.tenant) THEN false ELSE " + _NO_READY.format(tenant="l.tenant") + " END")
 
 # One job (the default worker, `limit` 1): the tenants are ranked once, least
 # loaded first (ties by lottery), and asked in that order for their first
@@ -357,7 +357,9 @@ _FAIR_ONE_PG = _LOAD + """
 # (The tenants asked before the one that gave a job — all of them when none
 # did — are asked whether they have READY work at all.)
 _GONE_OF_RANKED = ("SELECT rk.tenant FROM ranked AS rk WHERE rk.position < coalesce((SELECT c.position FROM "
-                   "candidate AS c), (SELECT count(*) + 1 FROM ranked)) AND {no_ready}")
+                   "candidate AS c), (SELECT count(*) + 1 FROM ranked)) AND " + _NO_READY.format(tenant="rk.tenant"))
+# Which tenants each fair claim asks whether they have READY work at all.
+_GONE = {_FAIR_PG: _GONE_OF_HEADS, _FAIR_ONE_PG: _GONE_OF_RANKED}
 
 
 # Tenant-first like every claim: job_claim_tenant serves it (with one tenant
@@ -674,10 +676,8 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
              "heads_one": int(limit) + HEADS_ONE_TENANT, "heads_many": HEADS_MANY_TENANTS}
     # (The updates that return a job join no other table: the names are the job's.)
     returning = ", ".join(JOB_COLUMNS)
-    gone = _GONE_OF_HEADS.format(no_ready=_NO_READY.format(tenant="l.tenant"))
     if template is _FAIR_PG and int(limit) == 1:
         template = _FAIR_ONE_PG
-        gone = _GONE_OF_RANKED.format(no_ready=_NO_READY.format(tenant="rk.tenant"))
     return _compact(template.format(
         returning=returning,
         tenants=tenants_cte.format(**sizes),
@@ -687,7 +687,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         action_filter=action_filter,
         cap_filter="WHERE turn <= %(cap)s" if cap else "",
         cap_filter_one="WHERE leased < %(cap)s" if cap else "",
-        gone=gone,
+        gone=_GONE.get(template, ""),
         finish=_finish_sql(now, finish) if finish else "",
         finishing_load=_FINISH_FORMS[finish].load if finish else "",
         leased=_LEASED,
