@@ -159,33 +159,25 @@ _FINISH_PG = """
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
         FROM (
-            SELECT i.id, i.result, cur.state, cur.lease_epoch, cur.worker_id
+            -- The fence each row must meet: its epoch as claimed, LEASED and
+            -- this worker. Values of a subquery kept apart (OFFSET 0) and
+            -- compared column to column below: written in as constants,
+            -- 'LEASED' would let a partial index on LEASED rows, which
+            -- carries every lease since the last vacuum, serve the scan.
+            SELECT i.id, i.result, i.epoch, 'LEASED'::varchar AS state, %(worker)s::varchar AS worker_id
             FROM {finish_rows}
-            CROSS JOIN LATERAL (
-                -- Each row read by primary key, named alone (OFFSET 0 keeps
-                -- the fence test out of the scan): a partial index on
-                -- LEASED rows, which carries every lease since the last
-                -- vacuum, can never serve it.
-                SELECT j.state, j.lease_epoch, j.worker_id FROM jobs_job AS j WHERE j.id = i.id
-                OFFSET 0
-            ) AS cur
-            WHERE cur.state = 'LEASED' AND cur.lease_epoch = i.epoch AND cur.worker_id = %(worker)s
-            -- (OFFSET 0 again: pulled up, its 'LEASED' and worker would
-            -- reach the update's scan through the equalities below.)
             OFFSET 0
         ) AS i
         -- The ids as a key condition of their own: a join alone could be
         -- planned as a hash join over a full scan of the table (a generic
         -- plan made while statistics said it was empty).
         WHERE f.id {finish_key} AND f.id = i.id
-          -- The fence, on the row being updated: it is still the version
-          -- read above. If another transaction changed it meanwhile (a
-          -- recovery, a takeover), PostgreSQL waits for it and tests this
-          -- again on the newest version, and the finish writes nothing — no
-          -- row lock of its own (a WAL record per job) needed. Compared
-          -- column to column, not to 'LEASED' written in, so that no
-          -- partial index on LEASED rows can serve this scan either.
-          AND f.state = i.state AND f.lease_epoch = i.lease_epoch AND f.worker_id = i.worker_id
+          -- The fence, tested on the row being updated, which takes no row
+          -- lock of its own (a WAL record per job): if another transaction
+          -- changed it meanwhile (a recovery, a takeover), PostgreSQL waits
+          -- for it and tests this again on the newest version, and the
+          -- finish writes nothing.
+          AND f.state = i.state AND f.lease_epoch = i.epoch AND f.worker_id = i.worker_id
         RETURNING f.id, f.lease_epoch, f.updated_at, f.claimed_at
     ), finish_logged AS (
         -- The attempt's one history row, with the claim it began with.

@@ -130,14 +130,13 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
         ("tests/jobs/test_store.py",)),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
-        Edit("jobs/claim.py", "cur.lease_epoch = i.epoch AND ", ""),),
+        Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
     Mutant("fence-worker-finish-many", "a batch's finishes check the worker id", (
-        Edit("jobs/claim.py", "AND cur.worker_id = %(worker)s", "AND %(worker)s::text IS NOT NULL"),),
+        Edit("jobs/claim.py", "AND f.worker_id = i.worker_id", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
-        Edit("jobs/claim.py", "AND f.state = i.state AND f.lease_epoch = i.lease_epoch AND f.worker_id = i.worker_id",
-             "AND true"),),
+        Edit("jobs/claim.py", "AND f.state = i.state AND f.lease_epoch", "AND f.lease_epoch"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",

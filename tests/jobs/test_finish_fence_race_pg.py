@@ -1,9 +1,9 @@
 """A worker's finish (one statement on PostgreSQL, `jobs.claim`) takes no row
-lock of its own: it tests the fence on the row it read, then updates only if
-the row is still that version. When another transaction moves the fence
-between the two (a recovery of the lease, here held open until the finish
-is seen waiting on its lock), PostgreSQL tests the condition again on the
-newest version and the finish writes nothing: the job is the recovery's."""
+lock of its own: its update tests the fence (LEASED, the epoch it claimed,
+its worker) on the row. When another transaction moves the fence first (a
+recovery of the lease, here held open until the finish is seen waiting on
+its lock), PostgreSQL tests the condition again on the newest version and
+the finish writes nothing: the job is the recovery's."""
 
 import time
 
