@@ -86,6 +86,16 @@ def db_retry_delay(failures: int, *, jitter: float, lease_left: float | None = N
     return delay
 
 
+def _child(kept: dict, metric, label: str):
+    """`metric.labels(label)`, kept in `kept`: `labels()` looks the child up
+    under the metric's lock on every call, and a worker uses a handful of
+    them (its outcomes, its actions) for every job."""
+    child = kept.get(label)
+    if child is None:
+        child = kept[label] = metric.labels(label)
+    return child
+
+
 def default_worker_id() -> str:
     """A fresh identity per start (host, pid, random): a restarted process
     never inherits the fence of the one it replaces."""
@@ -175,6 +185,7 @@ class Worker:
         self._last_periodic: dict[str, float] = {}
         self._signals = 0
         self._counters: dict = {}  # outcome → its Prometheus counter child
+        self._durations: dict = {}  # action → its handler-duration histogram child (as `_counters`)
         # Per slot thread: successes not yet written (`pending`). The slot's
         # next claim writes them in the same statement
         # (`Store.finish_and_claim`). `doubt` holds, by job id, when to give
@@ -289,12 +300,7 @@ class Worker:
     def _count(self, counter: str, n: int = 1) -> None:
         with self._lock:
             self.stats[counter] += n
-        child = self._counters.get(counter)
-        if child is None:
-            # `labels()` looks the child up under the metric's lock on every
-            # call; a worker counts a handful of outcomes, so keep them.
-            child = self._counters[counter] = metrics.WORKER_JOBS.labels(counter)
-        child.inc(n)
+        _child(self._counters, metrics.WORKER_JOBS, counter).inc(n)
 
     def _loop(self, listener: "notify.Listener | None" = None) -> None:
         """The main thread: lease renewals, housekeeping, the LISTEN, and with
@@ -524,7 +530,7 @@ class Worker:
         job, cfg = ctx.job, self.config
         try:
             # Observed whether the handler returns or raises.
-            with metrics.HANDLER_DURATION.labels(spec.name).time():
+            with _child(self._durations, metrics.HANDLER_DURATION, spec.name).time():
                 outcome = spec.handler(ctx)
         except Conflict as exc:
             self._lost(job, _describe(exc))

@@ -316,3 +316,21 @@ def test_a_worker_forgets_when_a_lease_runs_out_once_the_job_s_success_is_writte
     worker = run_until_idle(worker_id="w1", concurrency=2)
     assert Job.objects.filter(state="DONE").count() == 120
     assert worker._lease_ends == {}
+
+
+def test_each_action_s_handler_time_is_observed_under_its_own_name(store):
+    from jobs.metrics import HANDLER_DURATION
+
+    def observed(action):
+        return next(sample.value for metric in HANDLER_DURATION.collect() for sample in metric.samples
+                    if sample.name.endswith("_count") and sample.labels == {"action": action})
+
+    for name in ("jobs.noop", "test.wait"):
+        HANDLER_DURATION.labels(name)  # (a child to read before the first observation)
+    before = {name: observed(name) for name in ("jobs.noop", "test.wait")}
+    for i in range(3):
+        store.enqueue("studio", f"noop-{i}")
+    store.enqueue("studio", "wait", action="test.wait")
+    run_until_idle(worker_id="w1", batch=2)
+    assert observed("jobs.noop") - before["jobs.noop"] == 3
+    assert observed("test.wait") - before["test.wait"] == 1
