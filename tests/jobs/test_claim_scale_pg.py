@@ -18,7 +18,7 @@ from jobs import claim as claim_sql
 from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
-from jobs.store import JobSpec, Store
+from jobs.store import JobSpec, Store, _finishes
 from tests.support import in_processes, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -450,8 +450,7 @@ def test_the_generic_plan_of_finish_and_claim_reads_jobs_by_key_not_by_every_lea
     # sees it grow).
     store.enqueue_many(JobSpec(f"t{i % tenants}", f"k{i:05d}") for i in range(30_000))
     jobs = store.claim_batch("w", limit=10)
-    finish = claim_sql.Finishes(ids=[j.id for j in jobs], epochs=[j.lease_epoch for j in jobs],
-                                tenants=[j.tenant for j in jobs], results=[None] * len(jobs))
+    finish = _finishes([(job, None) for job in jobs])
     for template, limit, one_tenant in ((claim_sql._FAIR_PG, 1, False), (claim_sql._FAIR_PG, 100, False),
                                         (claim_sql._GLOBAL_PG, 1, False), (claim_sql._GLOBAL_PG, 1, True),
                                         (claim_sql._GLOBAL_PG, 100, True)):
@@ -484,8 +483,7 @@ def test_the_generic_plan_reads_jobs_by_key_when_statistics_say_the_table_is_emp
         cursor.execute("ANALYZE jobs_job")  # reltuples 0, relpages as many as 20,000 rows fill
     store.enqueue_many(JobSpec(f"t{i % tenants}", f"k{i:05d}") for i in range(20_000))
     jobs = store.claim_batch("w", limit=10)
-    finish = claim_sql.Finishes(ids=[j.id for j in jobs], epochs=[j.lease_epoch for j in jobs],
-                                tenants=[j.tenant for j in jobs], results=[None] * len(jobs))
+    finish = _finishes([(job, None) for job in jobs])
     for template, limit, with_finish, one_tenant in (
             (claim_sql._FAIR_PG, 1, True, False), (claim_sql._FAIR_PG, 1, False, False),
             (claim_sql._FAIR_PG, 100, True, False), (claim_sql._GLOBAL_PG, 1, True, False),
@@ -623,8 +621,7 @@ def test_no_plan_of_a_batch_s_finishes_reads_the_whole_table_once_per_job():
         cursor.execute("ANALYZE jobs_job")
     store.enqueue_many(JobSpec("t", f"k{i:05d}") for i in range(20_000))
     jobs = store.claim_batch("w", limit=100)
-    finish = claim_sql.Finishes(ids=[j.id for j in jobs], epochs=[j.lease_epoch for j in jobs],
-                                tenants=[j.tenant for j in jobs], results=[None] * len(jobs))
+    finish = _finishes([(job, None) for job in jobs])
     sql, params = claim_sql._statement(claim_sql._GLOBAL_PG, "w", Clock(None), 30, None, None, 100, finish=finish,
                                        one_tenant=True)
     with transaction.atomic():
