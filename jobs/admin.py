@@ -166,6 +166,10 @@ class JobAdmin(ScopedAdmin):
                         f"than {SEARCH_MIN_CHARS} characters: the start of the key.")
     # Newest first by primary key: the pk index serves it at any size.
     ordering = ("-id",)
+    # The tenant scope and filter through the job's search row, whose unique
+    # (tenant, key) index serves them: jobs_job has no index led by the
+    # tenant over every state (migration 0018).
+    tenant_field = "search__tenant"
     # What a viewer reads instead of the fields that may quote an action's
     # sensitive payload fields (jobs.masking; who: access.sees_sensitive).
     MASKED = {"payload": "masked_payload", "wait_reason": "masked_wait_reason", "last_error": "masked_last_error",

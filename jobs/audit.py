@@ -113,7 +113,7 @@ def finding_file(*, finding: Finding, now: datetime | None = None) -> bool:
     creation and the escalation with the evidence — commit together, so no
     worker ever sees the item READY."""
     store = Store()
-    if Job.objects.filter(tenant=finding.tenant, key=finding.key).exists():
+    if Job.objects.by_key(finding.tenant, finding.key).exists():
         return False
     payload = {"kind": finding.kind, "ref": finding.ref, "summary": finding.summary, "evidence": finding.evidence}
     job = store.enqueue(finding.tenant, finding.key, action=ACTION, payload=payload, actor=ACTOR,

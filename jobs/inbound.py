@@ -356,7 +356,7 @@ def _apply(event: InboundEvent, message: dict, *, now: float | None) -> None:
     event.tenant = ref.tenant  # bound: the event belongs to the tenant of the job it correlates to
     # Lock order: the job, then its timers (a timer sweep never waits for a
     # job's lock, so this cannot deadlock with it).
-    job = Job.objects.select_for_update().filter(tenant=ref.tenant, key=ref.key).first()
+    job = Job.objects.select_for_update().by_key(ref.tenant, ref.key).first()
     if job is None:
         _unmatched(event, f"no job {ref.tenant}/{ref.key}")
         return

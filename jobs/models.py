@@ -10,8 +10,26 @@ from django.db import models
 from .states import State
 
 
+class JobQuerySet(models.QuerySet):
+    """Jobs by business identity. `(tenant, key)` is unique in `JobSearch`
+    (`jobsearch_unique_tenant_key`), the row written once per job, not in
+    jobs_job, whose every claim and finish would write an entry of it
+    (migration 0018): a key is found there and its job by primary key."""
+
+    def by_key(self, tenant: str, key: str) -> "JobQuerySet":
+        return self.filter(pk__in=JobSearch.objects.filter(tenant=tenant, key=key).values("job_id"),
+                           tenant=tenant, key=key)
+
+    def by_keys(self, tenant: str, keys) -> "JobQuerySet":
+        keys = list(keys)
+        return self.filter(pk__in=JobSearch.objects.filter(tenant=tenant, key__in=keys).values("job_id"),
+                           tenant=tenant, key__in=keys)
+
+
 class Job(models.Model):
-    """A durable obligation: one business intent (`tenant`, `key`) and its lifecycle."""
+    """A durable obligation: one business intent (`tenant`, `key`) and its
+    lifecycle. The pair is unique through its `JobSearch` row, written with
+    the job (`JobQuerySet`)."""
 
     tenant = models.CharField(max_length=64)
     key = models.CharField(max_length=200, help_text="Business identity, unique per tenant.")
@@ -65,10 +83,11 @@ class Job(models.Model):
     assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="+", db_index=False)
 
+    objects = JobQuerySet.as_manager()
+
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "key"], name="job_unique_tenant_key"),
-        ]
+        # No index leads with (tenant, key) here: the pair is unique in
+        # `JobSearch` (see `JobQuerySet`).
         # The claim index (partial, on READY rows) is created in migration 0002
         # with vendor-specific SQL; see claim.py.
         indexes = [
@@ -131,26 +150,33 @@ class Job(models.Model):
 
 
 class JobSearch(models.Model):
-    """What the job list's search and the key lookups without a tenant read
-    (jobs.search): a job's key and search text, one row per job, written
+    """A job's business identity and what the job list's search reads
+    (jobs.search): its tenant, key and search text, one row per job, written
     with the job when it is created and when a reviewer corrects it — never
     by a state change, so the worker's claim and finish write no entry in
-    these indexes. A copy of `Job.key` and `Job.search_text`, which the
-    queues keep reading on the job itself (`job_search_queue_trgm`).
+    these indexes. `(tenant, key)` is unique here (`jobsearch_unique_tenant_key`):
+    the constraint that makes an enqueue idempotent, and the index every
+    lookup by key reads (`Job.objects.by_key`). A copy of `Job.tenant`,
+    `Job.key` and `Job.search_text`, which the queues keep reading on the
+    job itself (`job_search_queue_trgm`).
 
-    Served by `jobsearch_key_prefix` (a key's start, or the whole key) and,
-    on PostgreSQL, the trigram GIN index `jobsearch_text_trgm` over every
-    row (migration 0015). No database constraint and no cascade: the engine
-    deletes a job's row with the job (`jobs.retention`), as it does its
-    history."""
+    Searches are served by `jobsearch_key_prefix` (a key's start, or the
+    whole key, in any tenant) and, on PostgreSQL, the trigram GIN index
+    `jobsearch_text_trgm` over every row (migration 0015). No foreign key
+    constraint: retention deletes a job's row with the job (`jobs.retention`),
+    as it does its history; a job deleted through the ORM takes its row with
+    it (CASCADE, done by Django), so its key is free again."""
 
-    job = models.OneToOneField(Job, primary_key=True, on_delete=models.DO_NOTHING, related_name="search",
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="search",
                                db_constraint=False)
     tenant = models.CharField(max_length=64)
     key = models.CharField(max_length=200)
     search_text = models.TextField(blank=True, default="")
 
     class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="jobsearch_unique_tenant_key"),
+        ]
         indexes = [
             # `key LIKE 'abc%'` and `key = '…'`: this operator class lets a
             # btree serve both on PostgreSQL, whatever the collation.

@@ -161,14 +161,14 @@ def last_decision(job_id: int) -> JobEvent | None:
 
 
 def job_by_key(*, tenant: str, key: str) -> Job | None:
-    """The job of a business key, or None (constraint `job_unique_tenant_key`)."""
-    return Job.objects.filter(tenant=tenant, key=key).first()
+    """The job of a business key, or None (`Job.objects.by_key`)."""
+    return Job.objects.by_key(tenant, key).first()
 
 
 def jobs_by_keys(*, tenant: str, keys) -> dict[str, Job]:
-    """The jobs of these business keys in one tenant, by key (constraint
-    `job_unique_tenant_key`); keys without a job are left out."""
-    return {job.key: job for job in Job.objects.filter(tenant=tenant, key__in=list(keys))}
+    """The jobs of these business keys in one tenant, by key
+    (`Job.objects.by_keys`); keys without a job are left out."""
+    return {job.key: job for job in Job.objects.by_keys(tenant, keys)}
 
 
 def jobs_needing_attention(*, tenant: str, jobs: QuerySet | None = None) -> QuerySet:

@@ -68,9 +68,11 @@ _EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, r
 _ATTEMPT_COLUMNS = _EVENT_COLUMNS + ", claimed_at"
 _SEARCH_COLUMNS = "job_id, tenant, key, search_text"
 
-# The fence: which rows a worker's write may touch (served by the unique
-# index on (tenant, key)).
-_FENCE = "tenant = %s AND key = %s AND lease_epoch = %s AND worker_id = %s AND state = 'LEASED'"
+# The fence: which rows a worker's write may touch. The job is found by its
+# key in the search row (unique index `jobsearch_unique_tenant_key`), then by
+# primary key: jobs_job has no index on (tenant, key) (migration 0018).
+_FENCE = ("id = (SELECT s.job_id FROM jobs_jobsearch AS s WHERE s.tenant = %s AND s.key = %s) "
+          "AND lease_epoch = %s AND worker_id = %s AND state = 'LEASED'")
 
 
 @dataclass
@@ -195,7 +197,7 @@ class Store:
                                run_at=run_at, max_attempts=max_attempts,
                                default_max_attempts=retry_policy(action).max_attempts, subject_type=subject_type,
                                subject_id=subject_id, subject_version=subject_version)
-        existing = Job.objects.filter(tenant=tenant, key=key).first()
+        existing = Job.objects.by_key(tenant, key).first()
         if existing is not None:
             return existing, False
         clock = Clock.of(now)
@@ -229,12 +231,13 @@ class Store:
                     notify.job_ready()
         except IntegrityError:
             # Another process created the same key between our read and insert.
-            return Job.objects.get(tenant=tenant, key=key), False
+            return Job.objects.by_key(tenant, key).get(), False
         return job, True
 
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
-        """Insert many jobs with one INSERT … ON CONFLICT DO NOTHING (per 4,000
-        rows); keys that exist are left alone. Returns how many were created.
+        """Insert many jobs, one statement per 4,000 on PostgreSQL; keys that
+        exist are left alone (their search rows' unique index decides, by
+        INSERT … ON CONFLICT DO NOTHING). Returns how many were created.
         Every spec is validated first, as `enqueue` validates one (`ValueError`
         naming the spec and the field); one bad spec writes nothing."""
         specs = list(specs)
@@ -256,13 +259,24 @@ class Store:
         return created
 
     def _enqueue_chunk(self, specs: list[tuple[JobSpec, CheckedJob]], actor: str, clock: Clock) -> int:
+        """The chunk's new keys become jobs, each with its search row (which
+        holds the key's uniqueness, `jobsearch_unique_tenant_key`) and its
+        creation event; a key that exists, or came earlier in the chunk, is
+        left alone. Ids follow the chunk's order, so a tenant's jobs of equal
+        priority are claimed in the order given."""
         if not specs:
             return 0
         now_sql, now_params = clock.sql()
-        row = (f"(%s, %s, %s, %s, %s, %s, %s, 'READY', %s, %s, 0, %s, 0, 0, '', '', '', {now_sql}, {now_sql}, "
-               f"%s, %s)")
-        params: list = []
-        for s, c in specs:
+        postgres = _is_postgres()
+        # (PostgreSQL types a VALUES column from its rows: one of NULLs only
+        # would be text.)
+        typed = {"int": "::integer", "small": "::smallint", "at": "::timestamptz", "json": "::jsonb"} if postgres \
+            else dict.fromkeys(("int", "small", "at", "json"), "")
+        row = (f"%s, %s, %s, %s, %s, %s{typed['int']}, %s{typed['json']}, %s{typed['small']}, %s{typed['at']}, "
+               f"%s{typed['int']}, {now_sql}, %s, %s)")
+        rows, params = [], []
+        for n, (s, c) in enumerate(specs):
+            rows.append(f"({n}, {row}")
             params += [
                 s.tenant,
                 s.key,
@@ -275,44 +289,73 @@ class Store:
                 adapt(c.run_at) if c.run_at is not None else None,
                 c.max_attempts,
                 *now_params,
-                *now_params,
                 actor[:200],
                 search_text_for(Job(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
                                     subject_id=str(s.subject_id or ""), payload=c.payload), proposed_by=actor),
             ]
-        insert = f"""
-            INSERT INTO jobs_job (tenant, key, action, subject_type, subject_id, subject_version,
-                payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries,
-                lease_epoch, worker_id, wait_reason, last_error, created_at, updated_at,
-                proposed_by, search_text)
-            VALUES {", ".join([row] * len(specs))}
-            ON CONFLICT (tenant, key) DO NOTHING
-            RETURNING id, created_at, tenant, key, search_text
-        """
+        columns = ("tenant, key, action, subject_type, subject_id, subject_version, payload, priority, "
+                   "next_attempt_at, max_attempts, created_at, proposed_by, search_text")
+        # (The job's values, and its id first when it is known.)
+        insert = ("INSERT INTO jobs_job (id, tenant, key, action, subject_type, subject_id, subject_version, "
+                  "payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries, lease_epoch, "
+                  "worker_id, wait_reason, last_error, created_at, updated_at, proposed_by, search_text) "
+                  "SELECT {id}, tenant, key, action, subject_type, subject_id, subject_version, payload, "
+                  "'READY', priority, next_attempt_at, 0, max_attempts, 0, 0, '', '', '', created_at, created_at, "
+                  "proposed_by, search_text FROM {source}")
         event = "'enqueue', '', 'READY', 0, '', %s, '', '{}'"
         with transaction.atomic(), connection.cursor() as cursor:
-            if _is_postgres():
-                # One statement: the jobs, their search rows (jobs.search)
-                # and their creation events.
+            if postgres:
+                # One statement: each new key's search row first (its id
+                # drawn from the jobs' sequence, in the chunk's order; a key
+                # that exists is skipped by the unique index, waiting for a
+                # concurrent insert of it to commit or roll back), then the
+                # jobs of the keys that got one, and their creation events.
                 cursor.execute(
-                    f"WITH inserted AS ({insert}), "
+                    f"WITH given (n, {columns}) AS (VALUES {', '.join(rows)}), "
+                    f"firsts AS (SELECT DISTINCT ON (tenant, key) * FROM given ORDER BY tenant, key, n), "
+                    f"numbered AS (SELECT nextval(pg_get_serial_sequence('jobs_job', 'id')) AS id, f.* "
+                    f"FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f), "
                     f"searchable AS (INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) "
-                    f"SELECT id, tenant, key, search_text FROM inserted) "
+                    f"SELECT id, tenant, key, search_text FROM numbered ORDER BY n "
+                    f"ON CONFLICT (tenant, key) DO NOTHING RETURNING job_id), "
+                    f"inserted AS ({insert.format(id='id', source='numbered WHERE id IN (SELECT job_id FROM searchable)')} "
+                    f"RETURNING id, created_at) "
                     f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted",
                     [*params, actor],
                 )
                 return cursor.rowcount
-            cursor.execute(insert, params)
+            # SQLite: the immediate transaction holds the database's write
+            # lock, so the keys found absent here stay absent until it ends.
+            known = set()
+            pairs = [(s.tenant, s.key) for s, _ in specs]
+            for start in range(0, len(pairs), 500):
+                chunk = pairs[start : start + 500]
+                cursor.execute(f"SELECT tenant, key FROM jobs_jobsearch WHERE key IN ({', '.join(['%s'] * len(chunk))})",
+                               [key for _, key in chunk])
+                known.update(cursor.fetchall())
+            fresh = []
+            for n, pair in enumerate(pairs):
+                if pair not in known:
+                    known.add(pair)
+                    fresh.append(n)
+            if not fresh:
+                return 0
+            width = len(params) // len(specs)
+            cursor.execute(
+                f"WITH given (n, {columns}) AS (VALUES {', '.join(rows[n] for n in fresh)}) "
+                f"{insert.format(id='NULL', source='given ORDER BY n')} "
+                f"RETURNING id, created_at, tenant, key, search_text",
+                [value for n in fresh for value in params[n * width : (n + 1) * width]],
+            )
             inserted = cursor.fetchall()
-            if inserted:
-                cursor.executemany(
-                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, {event}, %s)",
-                    [(job_id, actor, created_at) for job_id, created_at, *_ in inserted],
-                )
-                cursor.executemany(
-                    f"INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) VALUES (%s, %s, %s, %s)",
-                    [(job_id, tenant, key, text) for job_id, _, tenant, key, text in inserted],
-                )
+            cursor.executemany(
+                f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, {event}, %s)",
+                [(job_id, actor, created_at) for job_id, created_at, *_ in inserted],
+            )
+            cursor.executemany(
+                f"INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) VALUES (%s, %s, %s, %s)",
+                [(job_id, tenant, key, text) for job_id, _, tenant, key, text in inserted],
+            )
             return len(inserted)
 
     # ------------------------------------------------------------ claiming
@@ -637,7 +680,7 @@ class Store:
         receipt) therefore commit only if the fence still held. Raises
         `Conflict` if it does not hold; yields the job."""
         with transaction.atomic():
-            job = Job.objects.select_for_update().filter(tenant=tenant, key=key).first()
+            job = Job.objects.select_for_update().by_key(tenant, key).first()
             if job is None:
                 raise JobNotFound(f"no job {tenant}/{key}")
             if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
@@ -811,13 +854,13 @@ class Store:
         """The job, row-locked for the rest of the transaction (SQLite: the
         immediate transaction already holds the database's write lock)."""
         try:
-            return Job.objects.select_for_update().get(tenant=tenant, key=key)
+            return Job.objects.select_for_update().by_key(tenant, key).get()
         except Job.DoesNotExist:
             raise JobNotFound(f"no job {tenant}/{key}") from None
 
     def _holder(self, tenant: str, key: str, worker_id: str, epoch: int) -> Job:
         """The job as held under this fence, or `Conflict`."""
-        job = Job.objects.filter(tenant=tenant, key=key).first()
+        job = Job.objects.by_key(tenant, key).first()
         if job is None:
             raise JobNotFound(f"no job {tenant}/{key}")
         if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
@@ -874,7 +917,7 @@ class Store:
             if rows and into_review:
                 _review_changed(rows[0][0], State.LEASED, target, clock)
         if not written:
-            job = Job.objects.filter(tenant=tenant, key=key).first()
+            job = Job.objects.by_key(tenant, key).first()
             if job is None:
                 raise JobNotFound(f"no job {tenant}/{key}")
             raise self._conflict(job, worker_id, epoch)

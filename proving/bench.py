@@ -994,8 +994,9 @@ def render(results: Results) -> str:
                    "fenced finish transaction (batched rows: N claimed in one, N finished in one); no history, "
                    "no tenant fairness, no framework. Ours also writes history per job (the enqueue before the "
                    "clock starts; during the run one row per attempt, written with its finish and carrying its "
-                   "claim), keeps twelve indexes of jobs_job (the raw table has two; a no-op job's claim writes "
-                   "entries in three of them, its finish in three, its history row in one) and serves the least-loaded tenant first. "
+                   "claim), keeps eleven indexes of jobs_job (the raw table has two; a no-op job's claim writes "
+                   "entries in two of them, its finish in two, its history row in one; its key is unique in its "
+                   "search row, written once at enqueue) and serves the least-loaded tenant first. "
                    "WAL B/job: PostgreSQL's WAL bytes written "
                    "during the run per job, by everyone (median of the runs).")
     return "\n".join(out).rstrip() + "\n"

@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobSearch
 from jobs.store import JobSpec, Store
 from tests.support import in_processes
 
@@ -78,9 +78,24 @@ def test_enqueueing_the_same_key_from_two_processes_yields_one_job():
     for _round in range(20):
         # History is not cascaded (it goes with its partition or by retention).
         JobEvent.objects.all().delete()
+        JobSearch.objects.all().delete()
         Job.objects.all().delete()
         results = in_processes(_enqueue_same, [(n,) for n in range(2)], timeout=60)
         assert [s for s, _ in results] == ["ok", "ok"], results
         assert results[0][1] == results[1][1]
         assert Job.objects.filter(tenant="studio", key="send-quote-017").count() == 1
         assert JobEvent.objects.filter(kind="enqueue").count() == 1
+
+
+def _enqueue_many_same(_):
+    return Store().enqueue_many(JobSpec(f"tenant-{i % 2}", f"key-{i:03d}") for i in range(300))
+
+
+def test_enqueue_many_of_the_same_keys_from_four_processes_creates_each_job_once():
+    results = in_processes(_enqueue_many_same, [(n,) for n in range(4)], timeout=60)
+    assert [s for s, _ in results] == ["ok"] * 4, results
+    assert sum(created for _, created in results) == 300
+    assert Job.objects.count() == 300
+    assert JobSearch.objects.count() == 300
+    assert JobEvent.objects.filter(kind="enqueue").count() == 300
+    assert set(JobSearch.objects.values_list("job_id", flat=True)) == set(Job.objects.values_list("id", flat=True))

@@ -4,7 +4,8 @@ writes an entry in every index of jobs_job whose condition the new row meets,
 and each history row one in each of the history's indexes. These tests pin
 that set: an index added over LEASED or finished rows, or a second index on
 the history, costs WAL on every job and must be a decision, not an accident
-(pg_waldump, migration 0017: 11 entries per job → 7)."""
+(pg_waldump, migration 0017: 11 entries per job → 7; migration 0018, the
+business key's uniqueness held by the search row: 7 → 5)."""
 
 import pytest
 from django.db import connection
@@ -30,14 +31,22 @@ def _indexes_holding(job_id: int) -> set[str]:
     return holding
 
 
-def test_a_claim_and_a_finish_each_write_three_entries_in_the_job_tables_indexes(store):
+def test_a_claim_and_a_finish_each_write_two_entries_in_the_job_tables_indexes(store):
     store.enqueue("t1", "k1")
     job_id = Job.objects.get(key="k1").pk
     epoch = store.claim("t1", "k1", "w1")
-    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_unique_tenant_key", "job_leased_expiry"}
+    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_leased_expiry"}
 
     store.finish("t1", "k1", "w1", epoch, result={"ok": True})
-    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_unique_tenant_key", "job_finished_unredacted"}
+    assert _indexes_holding(job_id) == {"jobs_job_pkey", "job_finished_unredacted"}
+
+
+def test_the_business_key_is_unique_in_the_search_row_written_once_per_job():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.relname, i.indisunique, pg_get_indexdef(i.indexrelid) FROM pg_index AS i "
+                       "JOIN pg_class AS c ON c.oid = i.indexrelid "
+                       "WHERE i.indrelid = 'jobs_jobsearch'::regclass AND i.indisunique AND NOT i.indisprimary")
+        assert [(name, unique) for name, unique, _ in cursor.fetchall()] == [("jobsearch_unique_tenant_key", True)]
 
 
 def test_the_history_has_one_index():

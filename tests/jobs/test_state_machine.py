@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 from jobs.errors import Conflict, InvalidTransition
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobSearch
 from jobs.retry import DEFAULT_POLICY
 from jobs.store import Store
 
@@ -108,6 +108,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
+        JobSearch.objects.all().delete()
         Job.objects.all().delete()
         self.store = Store()
         self.now = 1000.0

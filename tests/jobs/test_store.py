@@ -3,7 +3,7 @@
 import pytest
 
 from jobs.errors import Conflict, InvalidTransition, JobNotFound
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobSearch
 from jobs.store import JobSpec
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +37,41 @@ def test_enqueue_many_creates_only_new_keys(store):
     assert Job.objects.filter(tenant="studio").count() == 50
     assert Job.objects.get(key="k-7").payload == {"i": 7}
     assert JobEvent.objects.filter(kind="enqueue").count() == 50
+
+
+def test_enqueue_many_keeps_the_first_of_a_key_given_twice_and_numbers_jobs_in_the_order_given(store):
+    specs = [JobSpec("studio", "b", payload={"n": 1}), JobSpec("studio", "a", payload={"n": 2}),
+             JobSpec("studio", "b", payload={"n": 3}), JobSpec("bakery", "b", payload={"n": 4}),
+             JobSpec("studio", "c", payload={"n": 5})]
+    assert store.enqueue_many(specs) == 4
+    jobs = list(Job.objects.order_by("id").values_list("tenant", "key", "payload"))
+    assert jobs == [("studio", "b", {"n": 1}), ("studio", "a", {"n": 2}), ("bakery", "b", {"n": 4}),
+                    ("studio", "c", {"n": 5})]
+    # Each job has its one search row (the key's uniqueness) and one creation event.
+    assert sorted(JobSearch.objects.values_list("job_id", "tenant", "key")) == sorted(
+        Job.objects.values_list("id", "tenant", "key"))
+    assert JobEvent.objects.filter(kind="enqueue").count() == 4
+    assert store.enqueue_many(specs) == 0
+    assert Job.objects.count() == 4
+
+
+def test_a_key_is_found_through_its_search_row(store):
+    job = store.enqueue("studio", "q-1")
+    assert Job.objects.by_key("studio", "q-1").get() == job
+    assert not Job.objects.by_key("bakery", "q-1").exists()
+    assert list(Job.objects.by_keys("studio", ["q-1", "q-2"])) == [job]
+    # The search row is the business key: without it there is no job of that key.
+    JobSearch.objects.filter(job_id=job.pk).delete()
+    assert not Job.objects.by_key("studio", "q-1").exists()
+
+
+def test_a_job_deleted_through_the_orm_frees_its_key(store):
+    first = store.enqueue("studio", "q-1")
+    JobEvent.objects.filter(job_id=first.pk).delete()
+    Job.objects.filter(pk=first.pk).delete()
+    assert not JobSearch.objects.filter(job_id=first.pk).exists()
+    again, created = store.enqueue_once("studio", "q-1")
+    assert created and again.pk != first.pk
 
 
 def test_job_without_run_at_is_eligible_whatever_clock_a_claim_passes(store):

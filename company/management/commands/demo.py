@@ -591,7 +591,7 @@ class Command(BaseCommand):
     # ------------------------------------------------------------ helpers
 
     def _job(self, key: str) -> Job | None:
-        return Job.objects.filter(tenant=self.tenant_slug, key=key).first()
+        return Job.objects.by_key(self.tenant_slug, key).first()
 
     def _wait(self, predicate, what: str, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
