@@ -268,16 +268,18 @@ class Store:
             return 0
         now_sql, now_params = clock.sql()
         postgres = _is_postgres()
-        # (PostgreSQL types a VALUES column from its rows: one of NULLs only
-        # would be text.)
-        typed = {"int": "::integer", "small": "::smallint", "at": "::timestamptz", "json": "::jsonb"} if postgres \
-            else dict.fromkeys(("int", "small", "at", "json"), "")
-        row = (f"%s, %s, %s, %s, %s, %s{typed['int']}, %s{typed['json']}, %s{typed['small']}, %s{typed['at']}, "
-               f"%s{typed['int']}, {now_sql}, %s, %s)")
-        rows, params = [], []
+
+        def typed(name: str) -> str:
+            # (PostgreSQL types a VALUES column from its rows: one of NULLs
+            # only would be text.)
+            return f"::{name}" if postgres else ""
+
+        row = (f"%s, %s, %s, %s, %s, %s{typed('integer')}, %s{typed('jsonb')}, %s{typed('smallint')}, "
+               f"%s{typed('timestamptz')}, %s{typed('integer')}, {now_sql}, %s, %s)")
+        rows, values = [], []  # per spec: its VALUES row and its parameters
         for n, (s, c) in enumerate(specs):
             rows.append(f"({n}, {row}")
-            params += [
+            values.append([
                 s.tenant,
                 s.key,
                 s.action,
@@ -292,7 +294,7 @@ class Store:
                 actor[:200],
                 search_text_for(Job(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
                                     subject_id=str(s.subject_id or ""), payload=c.payload), proposed_by=actor),
-            ]
+            ])
         columns = ("tenant, key, action, subject_type, subject_id, subject_version, payload, priority, "
                    "next_attempt_at, max_attempts, created_at, proposed_by, search_text")
         # (The job's values, and its id first when it is known.)
@@ -321,31 +323,31 @@ class Store:
                     f"inserted AS ({insert.format(id='id', source='numbered WHERE id IN (SELECT job_id FROM searchable)')} "
                     f"RETURNING id, created_at) "
                     f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted",
-                    [*params, actor],
+                    [*(value for given in values for value in given), actor],
                 )
                 return cursor.rowcount
             # SQLite: the immediate transaction holds the database's write
             # lock, so the keys found absent here stay absent until it ends.
-            known = set()
-            pairs = [(s.tenant, s.key) for s, _ in specs]
-            for start in range(0, len(pairs), 500):
-                chunk = pairs[start : start + 500]
-                cursor.execute(f"SELECT tenant, key FROM jobs_jobsearch WHERE key IN ({', '.join(['%s'] * len(chunk))})",
-                               [key for _, key in chunk])
-                known.update(cursor.fetchall())
+            # (A key given twice counts as taken after its first time.)
+            taken = set()
+            keys = [s.key for s, _ in specs]
+            for start in range(0, len(keys), 500):
+                some = keys[start : start + 500]
+                cursor.execute(f"SELECT tenant, key FROM jobs_jobsearch WHERE key IN ({', '.join(['%s'] * len(some))})",
+                               some)
+                taken.update(cursor.fetchall())
             fresh = []
-            for n, pair in enumerate(pairs):
-                if pair not in known:
-                    known.add(pair)
+            for n, (s, _) in enumerate(specs):
+                if (s.tenant, s.key) not in taken:
+                    taken.add((s.tenant, s.key))
                     fresh.append(n)
             if not fresh:
                 return 0
-            width = len(params) // len(specs)
             cursor.execute(
                 f"WITH given (n, {columns}) AS (VALUES {', '.join(rows[n] for n in fresh)}) "
                 f"{insert.format(id='NULL', source='given ORDER BY n')} "
                 f"RETURNING id, created_at, tenant, key, search_text",
-                [value for n in fresh for value in params[n * width : (n + 1) * width]],
+                [value for n in fresh for value in values[n]],
             )
             inserted = cursor.fetchall()
             cursor.executemany(
