@@ -757,7 +757,9 @@ def jobs_from_rows(columns: tuple[str, ...], rows) -> list[Job]:
     fields and converters for every row — a millisecond on the hot path."""
     # The connection itself, not the thread-local proxy, for what follows.
     db = connections[connection.alias]
-    converters = _converters(db.vendor, columns)
+    # Only the columns that have converters (on PostgreSQL: the two JSON
+    # columns) are touched; the others are taken as psycopg loaded them.
+    converted = [(i, convert) for i, convert in enumerate(_converters(db.vendor, columns)) if convert]
     # What `Model.from_db` makes of a full row, without `Model.__init__`
     # walking every field to set what is already known (a third of a batch
     # worker's CPU went into building jobs) — unless an init signal has a
@@ -765,7 +767,9 @@ def jobs_from_rows(columns: tuple[str, ...], rows) -> list[Job]:
     plain = columns is JOB_COLUMNS and not (pre_init.has_listeners(Job) or post_init.has_listeners(Job))
     jobs = []
     for row in rows:
-        values = [value if not convert else _apply(convert, value, db) for convert, value in zip(converters, row)]
+        values = list(row)
+        for i, convert in converted:
+            values[i] = _apply(convert, values[i], db)
         if not plain:
             jobs.append(Job.from_db(db.alias, list(columns), values))
             continue
