@@ -222,6 +222,10 @@ _FINISH_FORMS = {
     ),
 }
 _FINISHED_IDS = "ARRAY(SELECT id FROM finished)"
+# The finished ids, on one row of the result (the first) and NULL on the
+# others: written on every claimed row, a batch of 100 sent and parsed
+# 10,000 ids — a fifth of a batch worker's CPU.
+_FINISHED_ONCE = "CASE WHEN row_number() OVER () = 1 THEN g.finished END AS finished"
 _NOT_FINISHING = "NULL::bigint[]"
 
 # Whether a tenant has no READY job: a subquery per tenant, with the tenant
@@ -270,7 +274,7 @@ _CLAIM_ORDER = "tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id"
 # function's statements each take a new snapshot, so it locks the rows no
 # adder holds and asks again after the lock (migration 0013).
 _FAIR_TAIL = """
-    SELECT c.*, g.*, (SELECT count(*) FROM load) AS population FROM (
+    SELECT c.*, g.pruned, {finished_once}, (SELECT count(*) FROM load) AS population FROM (
         -- (g: pruned, finished.)
         SELECT (SELECT CASE WHEN cardinality(d.t) > 0 THEN jobs_readytenant_prune(d.t) END
                 FROM (SELECT ARRAY({gone}) AS t) AS d) AS pruned, {finished} AS finished
@@ -365,7 +369,7 @@ _GLOBAL_PG = """
         FOR UPDATE SKIP LOCKED
     ),
 """ + _LEASE_PG + """
-    SELECT c.*, NULL AS pruned, g.finished, {population} AS population
+    SELECT c.*, NULL AS pruned, {finished_once}, {population} AS population
     FROM (SELECT {finished} AS finished) AS g LEFT JOIN claimed AS c ON true
 """
 
@@ -688,6 +692,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         claim_order=_CLAIM_ORDER,
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
+        finished_once=_FINISHED_ONCE,
         # The one-tenant claim takes nothing unless at most one tenant holds
         # READY work, and names it: a key for the claim index (an ordered
         # walk without one was planned, from some statistics, over another

@@ -637,3 +637,36 @@ def test_no_plan_of_a_batch_s_finishes_reads_the_whole_table_once_per_job():
                 and node["Actual Loops"] > 1]
     assert not repeated, repeated
     assert Job.objects.filter(state="DONE").count() == 0  # (the explained statement was rolled back)
+
+
+@pytest.mark.parametrize("template", ["_GLOBAL_PG", "_FAIR_PG"])
+def test_a_batch_s_claim_sends_the_ids_it_finished_once_not_on_every_claimed_row(template):
+    """A worker's finish-and-claim of 30 returns its 30 finished ids on one
+    row of the result: written on every claimed row, a batch of 100 made
+    the server send and the worker parse 10,000 ids. (The one-tenant claim
+    takes work only while a single tenant holds any.)"""
+    store = Store()
+    tenants = 1 if template == "_GLOBAL_PG" else 3
+    store.enqueue_many(JobSpec(f"t{i % tenants}", f"k{i:03d}") for i in range(60))
+    jobs = store.claim_batch("w", limit=30)
+    finish = _finishes([(job, None) for job in jobs])
+    sql, params = claim_sql._statement(getattr(claim_sql, template), "w", Clock(None), 30, None, None, 30,
+                                       finish=finish, one_tenant=template == "_GLOBAL_PG")
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    carrying = [row[-2] for row in rows if row[-2] is not None]
+    assert len(rows) == 30 and all(row[0] is not None for row in rows)
+    assert len(carrying) == 1 and sorted(carrying[0]) == sorted(job.id for job in jobs)
+    assert Job.objects.filter(state="DONE").count() == 30 and Job.objects.filter(state="LEASED").count() == 30
+
+
+@pytest.mark.parametrize("limit", [1, 30])
+def test_finish_and_claim_reports_every_finished_id_whichever_row_carries_them(limit):
+    store = Store()
+    store.enqueue_many(JobSpec(f"t{i % 3}", f"k{i:03d}") for i in range(60))
+    jobs = store.claim_batch("w", limit=30)
+    claimed, lost = store.finish_and_claim("w", [(job, None) for job in jobs], limit=limit)
+    assert lost == [] and len(claimed) == limit
+    assert set(Job.objects.filter(state="DONE").values_list("id", flat=True)) == {job.id for job in jobs}
