@@ -87,7 +87,6 @@ tenant is chosen by a small exact query first (one per job of a batch).
 """
 
 import datetime
-import random
 import re
 import threading
 from dataclasses import dataclass
@@ -98,7 +97,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.datetime import TimestamptzLoader
 
-from . import pooling
+from . import chance, pooling
 from .clock import Clock
 from .models import Job
 from .selectors import ELIGIBLE_SQL
@@ -639,11 +638,11 @@ def _statement(template: str, worker, clock, ttl, tenants, actions, limit, *, ca
         else:
             # (A batch looks at as many tenants as it may take jobs, so it can
             # spread over them the way that many single claims would.)
-            params.update(slot=random.random(), fresh=FRESH_SECONDS)
+            params.update(slot=chance.rng.random(), fresh=FRESH_SECONDS)
             tenants_cte = _TENANTS_SAMPLED
         # (Not secret, only fresh per claim: the secrets module's system
         # randomness cost a twentieth of a worker's CPU.)
-        params["lottery"] = f"{random.getrandbits(32):08x}"
+        params["lottery"] = f"{chance.rng.getrandbits(32):08x}"
     else:
         tenants_cte = ""
     tenant_filter = f"AND tenant IN ({params.bind('tenant', tenants)})" if tenants else ""

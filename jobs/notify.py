@@ -141,8 +141,9 @@ class Listener:
     def ensure(self) -> bool:
         """Be subscribed; returns True when it subscribed just now (what was
         sent meanwhile was missed: the caller looks for work once)."""
-        import random
         import time
+
+        from . import chance
 
         if self.url is None:
             wrapper = connections[self.alias]
@@ -157,7 +158,7 @@ class Listener:
             self._subscribe()
         except Exception as exc:  # noqa: BLE001 - any failure: back off; polling covers the gap
             self._failures += 1
-            self._retry_at = time.monotonic() + min(10.0, 0.2 * 2**self._failures) * random.random()
+            self._retry_at = time.monotonic() + min(10.0, 0.2 * 2**self._failures) * chance.rng.random()
             self._drop()
             if self._failures == 1:
                 log.warning("LISTEN failed, polling until it is back: %s", str(exc).strip()[:200])

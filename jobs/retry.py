@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
+from . import chance
 from .states import State
 
 
@@ -46,7 +47,7 @@ class RetryPolicy:
     def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
         """Full jitter: any delay in [0, cap] is equally likely, so a burst of
         failures spreads out instead of retrying in lock-step."""
-        return (rng or random).uniform(0.0, self.backoff_cap(attempt))
+        return (rng or chance.rng).uniform(0.0, self.backoff_cap(attempt))
 
 
 DEFAULT_POLICY = RetryPolicy()

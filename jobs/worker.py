@@ -35,7 +35,6 @@ another worker may recover the job (`db_retry_delay`).
 
 import logging
 import os
-import random
 import signal
 import socket
 import threading
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
-from . import metrics, notify, periodic, pooling
+from . import chance, metrics, notify, periodic, pooling
 from .actions import JobContext, Wait, get_action
 from .errors import Conflict, Deferred, JobNotFound, UnknownAction
 from .models import Job
@@ -343,7 +342,7 @@ class Worker:
             # a signal, an idle slot (until_idle), its next renewal or its
             # next housekeeping.
             now = time.monotonic()
-            timeout = min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + random.random() / 2)
+            timeout = min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + chance.rng.random() / 2)
             timeout = min(timeout, max(0.0, self._next_renewal - now))
             if self._maintain_after > now:
                 timeout = min(timeout, self._maintain_after - now)
@@ -368,7 +367,7 @@ class Worker:
         write in doubt, `lease_left` (its lease's remaining time) bounds the
         wait (`db_retry_delay`). Returns the delay, waited out unless not
         `sleep` (the main thread goes on renewing leases meanwhile)."""
-        delay = db_retry_delay(failures, jitter=random.random(), lease_left=lease_left)
+        delay = db_retry_delay(failures, jitter=chance.rng.random(), lease_left=lease_left)
         event = "worker.db_error" if isinstance(exc, DatabaseError) else "worker.error"
         self._event(event, level=logging.WARNING, error=_describe(exc), retry_in=round(delay, 2),
                     lease_left=None if lease_left is None else round(lease_left, 2))
@@ -502,7 +501,7 @@ class Worker:
                 self._wake.set()  # the main thread may decide the worker is idle
                 # Full jitter on the poll keeps a fleet of idle workers from
                 # polling in lock-step; NOTIFY wakes it sooner.
-                self._work.wait(self.config.poll_interval * (0.5 + random.random() / 2))
+                self._work.wait(self.config.poll_interval * (0.5 + chance.rng.random() / 2))
             self._idle_seen[seen] -= 1
             if not self._idle_seen[seen]:
                 del self._idle_seen[seen]

@@ -329,7 +329,7 @@ def test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_walking_t
         cursor.execute("UPDATE jobs_readytenant SET added = now() - interval '1 hour', "
                        "slot = CASE WHEN tenant = 'busy' THEN 0.99 ELSE 0.01 * ascii(right(tenant, 1)) / 100 END")
     assert _sampled() == {*drained, "busy"}
-    monkeypatch.setattr(claim_sql.random, "random", lambda: 0.0)
+    monkeypatch.setattr(claim_sql.chance.rng, "random", lambda: 0.0)
     claim_sql._last_seen.one_tenant = False
     used = []
     statement = claim_sql._statement

@@ -495,10 +495,10 @@ def test_a_finish_in_doubt_through_an_outage_is_resent_before_its_lease_expires(
     # lease; another worker recovers the lease the moment it expires. With
     # the backoff's jitter at its worst, an unbounded backoff resends the
     # finish after 7 s — the job recovered and its handler run twice.
-    import random
+    from jobs import chance
 
     RUNS_AFTER_OUTAGE.clear()
-    monkeypatch.setattr(random, "random", lambda: 0.999)
+    monkeypatch.setattr(chance.rng, "random", lambda: 0.999)
     store.enqueue("studio", "q-1", action="test.finishes_into_an_outage")
     worker = Worker(WorkerConfig(worker_id="w1", until_idle=True, poll_interval=0.05, lease_ttl=5.0))
     with outage_of_finishes():
