@@ -15,3 +15,10 @@ import random
 
 rng = random.Random()
 os.register_at_fork(after_in_child=rng.seed)
+
+
+def jittered(seconds: float) -> float:
+    """`seconds` scaled by a random factor in [0.5, 1): a poll spread out
+    over a fleet (no lock-step) that never comes round sooner than half its
+    interval."""
+    return seconds * (0.5 + rng.random() / 2)

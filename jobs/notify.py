@@ -26,6 +26,8 @@ import threading
 from django.conf import settings
 from django.db import connection, connections
 
+from . import chance
+
 CHANNEL = "durable_jobs"
 
 log = logging.getLogger("jobs.notify")
@@ -142,8 +144,6 @@ class Listener:
         """Be subscribed; returns True when it subscribed just now (what was
         sent meanwhile was missed: the caller looks for work once)."""
         import time
-
-        from . import chance
 
         if self.url is None:
             wrapper = connections[self.alias]

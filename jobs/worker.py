@@ -342,7 +342,7 @@ class Worker:
             # a signal, an idle slot (until_idle), its next renewal or its
             # next housekeeping.
             now = time.monotonic()
-            timeout = min(cfg.poll_interval, cfg.heartbeat_interval) * (0.5 + chance.rng.random() / 2)
+            timeout = chance.jittered(min(cfg.poll_interval, cfg.heartbeat_interval))
             timeout = min(timeout, max(0.0, self._next_renewal - now))
             if self._maintain_after > now:
                 timeout = min(timeout, self._maintain_after - now)
@@ -501,7 +501,7 @@ class Worker:
                 self._wake.set()  # the main thread may decide the worker is idle
                 # Full jitter on the poll keeps a fleet of idle workers from
                 # polling in lock-step; NOTIFY wakes it sooner.
-                self._work.wait(self.config.poll_interval * (0.5 + chance.rng.random() / 2))
+                self._work.wait(chance.jittered(self.config.poll_interval))
             self._idle_seen[seen] -= 1
             if not self._idle_seen[seen]:
                 del self._idle_seen[seen]

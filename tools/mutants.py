@@ -270,7 +270,7 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_tasks_backend.py::test_the_signals_are_sent_with_the_status_recorded_and_a_failure_is_logged_"
          "with_the_task_s_traceback",)),
     Mutant("idle-slot-waits", "an idle slot waits its poll interval between claims (an idle worker does not spin)", (
-        Edit("jobs/worker.py", "                self._work.wait(self.config.poll_interval * (0.5 + chance.rng.random() / 2))",
+        Edit("jobs/worker.py", "                self._work.wait(chance.jittered(self.config.poll_interval))",
              "                self._work.wait(0.001)"),),
         ("tests/jobs/test_waiting_scale.py",)),
     Mutant("wake-due-index", "the wake-up sweep reads waits through their partial index (SQLite too)", (
