@@ -2,10 +2,11 @@
 
 Both back ends run the same semantics: pick eligible READY jobs (one, or up to
 `limit` for a batch), move each to LEASED with its own `lease_epoch + 1`, the
-worker's id, `lease_until = now + ttl` and `claimed_at = now`, and count the
-attempt — in one transaction. A claim writes no history row: the attempt's
-one row is written when it ends, with the claim's time, worker and epoch
-taken from the job row (`jobs.models.JobEvent`).
+worker's id, `lease_until = now + ttl` and `updated_at = now` (the claim's
+time, `Job.claimed_at`), and count the attempt — in one transaction. A claim
+writes no history row: the attempt's one row is written when it ends, with the
+claim's time, worker and epoch taken from the job row
+(`jobs.models.JobEvent`).
 
 Which jobs: tenants are served **least-loaded first** (fewest LEASED jobs;
 ties broken by lottery so no tenant is systematically first), and within a
@@ -126,7 +127,6 @@ _SET_LEASED = """
     attempts = j.attempts + 1,
     first_attempt_at = COALESCE(j.first_attempt_at, {now}),
     wait_reason = '',
-    claimed_at = {now},
     updated_at = {now}
 """
 
@@ -154,7 +154,13 @@ _LEASE_PG = """
 # bound as single values, several as arrays (the text is the same for any
 # number of them); see `_FINISH_FORMS`.
 _FINISH_PG = """
-    finished AS (
+    claims AS MATERIALIZED (
+        -- When each attempt was claimed: a LEASED row's updated_at, as this
+        -- statement's snapshot sees it, before the finish below moves it.
+        -- Read once, by the ids (MATERIALIZED): folded into the join below,
+        -- it could be planned as a scan of the table per finished job.
+        SELECT c.id, c.updated_at FROM jobs_job AS c WHERE c.id {finish_key}
+    ), finished AS (
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
         FROM (
@@ -177,14 +183,16 @@ _FINISH_PG = """
           -- for it and tests this again on the newest version, and the
           -- finish writes nothing.
           AND f.state = i.state AND f.lease_epoch = i.epoch AND f.worker_id = i.worker_id
-        RETURNING f.id, f.lease_epoch, f.updated_at, f.claimed_at
+        RETURNING f.id, f.lease_epoch, f.updated_at
     ), finish_logged AS (
-        -- The attempt's one history row, with the claim it began with.
+        -- The attempt's one history row, with the claim it began with (the
+        -- fence held, so the row is still that claim's: a renewal moves
+        -- only lease_until).
         INSERT INTO jobs_jobevent
             (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at, claimed_at)
-        SELECT id, 'finish', 'LEASED', 'DONE', lease_epoch, %(worker)s, %(worker)s, '', '{{}}', updated_at,
-               claimed_at
-        FROM finished
+        SELECT d.id, 'finish', 'LEASED', 'DONE', d.lease_epoch, %(worker)s, %(worker)s, '', '{{}}', d.updated_at,
+               c.updated_at
+        FROM finished AS d JOIN claims AS c ON c.id = d.id
     ),"""
 # A tenant's LEASED jobs, counted through `job_leased_expiry` (tenant,
 # lease_until), the one index that holds LEASED rows (migration 0017): that

@@ -50,11 +50,6 @@ class Job(models.Model):
     lease_epoch = models.PositiveIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
     worker_id = models.CharField(max_length=200, blank=True, default="")
-    # When the current (or last) attempt was claimed. A claim writes no
-    # history row: it stays here, with `worker_id` and `lease_epoch`, until
-    # the row that ends the attempt (finish, wait, fail, release, recover,
-    # takeover) copies it into the history.
-    claimed_at = models.DateTimeField(null=True, blank=True)
     wait_reason = models.CharField(max_length=500, blank=True, default="")
     # The inbound provider whose event may end this wait ("" = any provider
     # bound to the job's tenant); see jobs.inbound. A database default too,
@@ -64,6 +59,8 @@ class Job(models.Model):
     last_error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The last change of state; on a LEASED row, when it was claimed
+    # (`claimed_at`): a renewal moves `lease_until` only.
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # When retention replaced the payload (and the request bodies of its external calls)
@@ -84,6 +81,18 @@ class Job(models.Model):
                                  related_name="+", db_index=False)
 
     objects = JobQuerySet.as_manager()
+
+    @property
+    def claimed_at(self):
+        """When the current attempt was claimed (None unless LEASED). A
+        claim writes no history row, and no column of its own: a LEASED
+        row's `updated_at` is its claim's time (a lease renewal does not
+        move it), kept with `worker_id` and `lease_epoch` until the row that
+        ends the attempt (finish, wait, fail, release, recover, takeover)
+        copies it into the history as that row's `claimed_at`. A column of
+        its own, the table's last, made every claim log the whole row from
+        `state` to the end, the search text included (migration 0020)."""
+        return self.updated_at if self.state == State.LEASED else None
 
     class Meta:
         # No index leads with (tenant, key) here: the pair is unique in

@@ -398,7 +398,6 @@ class Store:
                     "first_attempt_at": job.first_attempt_at or at,
                     "recoveries": job.recoveries + (name == "takeover"),
                     "wait_reason": "",
-                    "claimed_at": at,
                 },
                 actor=worker_id,
                 reason=f"lease of {job.worker_id} (epoch {job.lease_epoch}) expired; taken over by {worker_id} "
@@ -880,33 +879,47 @@ class Store:
         """One conditional UPDATE under the fence plus its event.
 
         PostgreSQL: a single statement (the event is inserted from the
-        UPDATE's RETURNING). SQLite: two statements in one immediate
-        transaction. Zero rows updated means the fence moved → `Conflict`.
+        UPDATE's RETURNING). SQLite: the claim's time read, then the update
+        and its event, in one immediate transaction. Zero rows updated means
+        the fence moved → `Conflict`. A renewal (LEASED → LEASED) moves the
+        lease only: a LEASED row's `updated_at` is its claim's time
+        (`Job.claimed_at`), which the write that ends the attempt copies
+        into its history row.
         """
         transition(name, State.LEASED, target)
         now_sql, now_params = clock.sql()
-        sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
+        sets, params = [], []
+        if target != State.LEASED:
+            sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
         for column, value in changes.items():
             expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
             sets.append(f"{column} = {expr}")
             params += values
-        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch, claimed_at"
-        params += [tenant, key, epoch, worker_id]
+        fence = [tenant, key, epoch, worker_id]
+        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
+        params += fence
         event = [name, State.LEASED, str(target), worker_id, worker_id, storable_text(reason), _json(detail)]
         # Into review: the deadline hooks write in the same transaction.
         into_review = target == State.WAITING_REVIEW and _review_hooks
         atomic = transaction.atomic() if into_review else _atomic_unless_postgres()
         with atomic, connection.cursor() as cursor:
             if _is_postgres() and log:
+                # `claim` reads the row as the statement's snapshot sees it,
+                # before `changed` moves its updated_at.
                 cursor.execute(
-                    f"WITH changed AS ({update}) INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
-                    f"SELECT id, %s, %s, %s, lease_epoch, %s, %s, %s, %s, {now_sql}, claimed_at FROM changed "
-                    f"RETURNING job_id",
-                    [*params, *event, *now_params],
+                    f"WITH claim AS MATERIALIZED (SELECT id, updated_at FROM jobs_job WHERE {_FENCE}), changed AS ({update}) "
+                    f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
+                    f"SELECT d.id, %s, %s, %s, d.lease_epoch, %s, %s, %s, %s, {now_sql}, c.updated_at "
+                    f"FROM changed AS d JOIN claim AS c ON c.id = d.id RETURNING job_id",
+                    [*fence, *params, *event, *now_params],
                 )
                 rows = cursor.fetchall()
                 written = len(rows)
             else:
+                claimed = None
+                if log:
+                    cursor.execute(f"SELECT updated_at FROM jobs_job WHERE {_FENCE}", fence)
+                    claimed = cursor.fetchone()
                 cursor.execute(update, params)
                 rows = cursor.fetchall()
                 written = len(rows)
@@ -914,7 +927,8 @@ class Store:
                     cursor.execute(
                         f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
                         f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql}, %s)",
-                        [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params, rows[0][2]],
+                        [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params,
+                         claimed[0] if claimed else None],
                     )
             if rows and into_review:
                 _review_changed(rows[0][0], State.LEASED, target, clock)

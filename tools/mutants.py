@@ -129,6 +129,14 @@ MUTANTS: list[Mutant] = [
     Mutant("claim-next-epoch-increment", "claim_next moves the epoch on", (
         Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
         ("tests/jobs/test_store.py",)),
+    Mutant("renewal-keeps-claim-time", "a renewal moves the lease only, not the claim's time (updated_at)", (
+        Edit("jobs/store.py", "        if target != State.LEASED:", "        if True:", after="    def _fenced("),),
+        ("tests/jobs/test_store.py::test_a_renewal_keeps_the_claim_s_time_which_the_attempt_s_row_records",)),
+    Mutant("batch-finish-claim-time", "a batch's finish records each attempt's claim time, read before it moves", (
+        Edit("jobs/claim.py", "        FROM finished AS d JOIN claims AS c ON c.id = d.id", "        FROM finished AS d JOIN "
+             "(SELECT id, updated_at FROM finished) AS c ON c.id = d.id"),),
+        ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
+        postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

@@ -13,6 +13,7 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from jobs.models import Job, JobEvent
+from jobs.clock import to_datetime
 from jobs.states import State
 from jobs.store import JobSpec
 from tests.support import wait_for
@@ -74,14 +75,27 @@ def test_a_batch_takes_the_least_loaded_tenants_work_first(store):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal(store, size):
+    store.enqueue_many(JobSpec("a", f"k{i}") for i in range(size))
+    jobs = store.claim_batch("w", limit=size, now=10, ttl=30)
+    for job in jobs:
+        store.renew(job.tenant, job.key, "w", job.lease_epoch, ttl=30, now=25)
+    assert store.finish_many("w", [(job, None) for job in jobs], now=40) == []
+    finishes = JobEvent.objects.filter(kind="finish", worker_id="w")
+    assert list(finishes.values_list("claimed_at", "created_at")) == [(to_datetime(10), to_datetime(40))] * size
+
+
+@pytest.mark.django_db
 def test_each_job_of_a_batch_has_its_own_epoch_fence_and_claim(store):
     store.enqueue_many(JobSpec("a", f"k{i}") for i in range(5))
     store.claim_next("other", now=10)  # k-something at epoch 1, held by someone else
     jobs = store.claim_batch("w", limit=10, now=10)
     assert len(jobs) == 4
     assert all(job.state == State.LEASED and job.lease_epoch == 1 and job.worker_id == "w" for job in jobs)
-    # Each claim is on its job row until its attempt ends (no history row yet).
-    assert Job.objects.filter(worker_id="w", state=State.LEASED, claimed_at__isnull=False).count() == 4
+    # Each claim is on its job row until its attempt ends (no history row
+    # yet): its time is the row's updated_at.
+    assert [job.claimed_at for job in Job.objects.filter(worker_id="w", state=State.LEASED)] == [to_datetime(10)] * 4
     assert not JobEvent.objects.filter(worker_id="w").exists()
     # One job's fence moves (recovered and re-claimed elsewhere): finishing
     # the batch writes the others and reports that one, untouched.

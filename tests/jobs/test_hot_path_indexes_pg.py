@@ -7,9 +7,12 @@ the history, costs WAL on every job and must be a decision, not an accident
 (pg_waldump, migration 0017: 11 entries per job → 7; migration 0018, the
 business key's uniqueness held by the search row: 7 → 5)."""
 
+import re
+
 import pytest
 from django.db import connection
 
+from jobs import claim
 from jobs.models import Job
 from jobs.store import JobSpec
 
@@ -78,3 +81,19 @@ def test_a_job_s_claim_and_finish_write_its_new_row_versions_in_its_own_page(sto
     assert set(Job.objects.values_list("state", flat=True)) == {"DONE"}
     moved = [job_id for job_id, page in before.items() if after[job_id] != page]
     assert len(moved) <= len(before) // 10, f"{len(moved)} of {len(before)} jobs left their page"
+
+
+def test_the_columns_a_claim_changes_come_before_the_job_s_search_text():
+    """PostgreSQL logs an update as the bytes from the first column it
+    changes to the last; a claim starts at `state`. A column it changes
+    placed after `search_text` (as `claimed_at`, the table's last column,
+    was) makes every claim log the whole search text and proposer again
+    (migration 0020)."""
+    changed = re.findall(r"^\s*(\w+) =", claim._SET_LEASED, re.M)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT attname, attnum FROM pg_attribute WHERE attrelid = 'jobs_job'::regclass "
+                       "AND attnum > 0 AND NOT attisdropped")
+        position = dict(cursor.fetchall())
+    assert {"state", "lease_epoch", "worker_id", "lease_until", "updated_at"} <= set(changed)
+    last = max(changed, key=position.__getitem__)
+    assert position[last] < position["search_text"] and position[last] < position["proposed_by"], last

@@ -2,6 +2,7 @@
 
 import pytest
 
+from jobs.clock import to_datetime as at
 from jobs.errors import Conflict, InvalidTransition, JobNotFound
 from jobs.models import Job, JobEvent, JobSearch
 from jobs.store import JobSpec
@@ -140,6 +141,20 @@ def test_renew_extends_the_lease_so_it_cannot_be_taken_over(store):
     store.renew("studio", "q-1", "worker-a", epoch, ttl=30, now=125)
     assert store.claim("studio", "q-1", "worker-b", now=140) is None
     assert store.claim("studio", "q-1", "worker-b", now=156) == epoch + 1
+
+
+def test_a_renewal_keeps_the_claim_s_time_which_the_attempt_s_row_records(store):
+    store.enqueue("studio", "q-1")
+    epoch = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)
+    store.renew("studio", "q-1", "worker-a", epoch, ttl=30, now=125)
+    job = Job.objects.get(key="q-1")
+    # A LEASED row's updated_at is its claim's time: the renewal moved the lease only.
+    assert (job.claimed_at, job.updated_at, job.lease_until) == (at(100), at(100), at(155))
+    store.finish("studio", "q-1", "worker-a", epoch, now=140)
+    finish = JobEvent.objects.get(job=job, kind="finish")
+    assert (finish.claimed_at, finish.created_at, finish.epoch) == (at(100), at(140), epoch)
+    # Finished, the row is no attempt's any more; its last claim is in the history.
+    assert Job.objects.get(key="q-1").claimed_at is None
 
 
 def test_wait_persists_the_condition_and_resume_makes_it_ready(store):
