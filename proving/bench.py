@@ -757,10 +757,8 @@ def _start_delays_ms() -> dict[str, list[float]]:
             enqueued.setdefault(key, created_at)
         else:
             claimed.setdefault(key, claimed_at)
-    # A job still running: its claim's time is its updated_at (`Job.claimed_at`).
-    running = Job.objects.filter(tenant=TENANT_LATENCY, state="LEASED")
-    for key, claimed_at in running.values_list("key", "updated_at"):
-        claimed.setdefault(key, claimed_at)
+    for job in Job.objects.filter(tenant=TENANT_LATENCY, state="LEASED").only("key", "state", "updated_at"):
+        claimed.setdefault(job.key, job.claimed_at)
     delays: dict[str, list[float]] = {}
     for key, at in claimed.items():
         if key in enqueued:

@@ -26,9 +26,8 @@ from importlib import import_module
 
 from django.db import migrations
 
-
-def restore_claim_index(apps, schema_editor):
-    import_module("jobs.migrations.0010_queue_search_assign_batches").restore_claim_index(apps, schema_editor)
+# (SQLite only; a no-op on PostgreSQL.)
+restore_claim_index = import_module("jobs.migrations.0010_queue_search_assign_batches").restore_claim_index
 
 
 class Migration(migrations.Migration):
