@@ -367,12 +367,18 @@ _GONE = {_FAIR_PG: _GONE_OF_HEADS, _FAIR_ONE_PG: _GONE_OF_RANKED}
 
 # Tenant-first like every claim: job_claim_tenant serves it (with one tenant
 # listed, "tenant" is a constant and the order is the tenant's claim order).
+# The LIMIT is a subquery, a size the planner cannot read: it then plans for
+# a tenth of the rows it expects and so walks the claim index in order,
+# stopping at the batch. Written in as a constant, a batch of 100 from a
+# tenant the statistics gave a few dozen READY rows (taken while many
+# tenants each held a few) was planned as a bitmap scan and a sort of all
+# the tenant's READY rows: a deep backlog read whole on every claim.
 _GLOBAL_PG = """
     WITH {finish} {one_tenant_cte} candidate AS (
         SELECT id FROM jobs_job
         WHERE {eligible} {tenant_filter} {action_filter} {single_gate}
         ORDER BY {claim_order}
-        LIMIT {limit}
+        LIMIT (SELECT {limit})
         FOR UPDATE SKIP LOCKED
     ),
 """ + _LEASE_PG + """
