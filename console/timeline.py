@@ -71,7 +71,7 @@ def _event_entry(e: JobEvent, masker: Masker) -> Entry:
         detail += f" — bulk decision, batch {batch}"
     return Entry(at=e.created_at, kind="decision" if decision else "event",
                  title=f"{e.kind}: {e.from_state or '—'} → {e.to_state or '—'} (epoch {e.epoch})",
-                 detail=detail, actor=e.actor or e.worker_id, order=e.id,
+                 detail=detail, actor=e.by, order=e.id,
                  link="console:batch" if batch else "", pk=batch)
 
 

@@ -99,7 +99,7 @@ def _ending(job: Job, masker) -> dict | None:
     last = JobEvent.objects.filter(job=job, to_state=job.state).order_by("-id").first()
     if last is None:
         return None
-    return {"kind": last.kind, "by": last.actor or last.worker_id or "the engine", "at": last.created_at,
+    return {"kind": last.kind, "by": last.by or "the engine", "at": last.created_at,
             "note": masker.text(last.reason)}
 
 

@@ -187,10 +187,11 @@ _FINISH_PG = """
     ), finish_logged AS (
         -- The attempt's one history row, with the claim it began with (the
         -- fence held, so the row is still that claim's: a renewal moves
-        -- only lease_until).
+        -- only lease_until). The worker is named once, in worker_id
+        -- (JobEvent.by).
         INSERT INTO jobs_jobevent
             (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at, claimed_at)
-        SELECT d.id, 'finish', 'LEASED', 'DONE', d.lease_epoch, %(worker)s, %(worker)s, '', '{{}}', d.updated_at,
+        SELECT d.id, 'finish', 'LEASED', 'DONE', d.lease_epoch, %(worker)s, '', '', '{{}}', d.updated_at,
                c.updated_at
         FROM finished AS d JOIN claims AS c ON c.id = d.id
     ),"""

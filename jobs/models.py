@@ -221,7 +221,15 @@ class JobEvent(models.Model):
     from_state = models.CharField(max_length=20, blank=True, default="")
     to_state = models.CharField(max_length=20, blank=True, default="")
     epoch = models.PositiveIntegerField(default=0)
+    # The worker of the attempt the row ends (on other rows, the job's
+    # worker at the time).
     worker_id = models.CharField(max_length=200, blank=True, default="")
+    # Who acted, when it is not that worker: a person, an agent, the timer,
+    # a recovery, the worker taking a job over. A worker's rows about its
+    # own attempt (finish, wait, fail, release) leave it empty and name the
+    # worker once, in `worker_id`: every attempt's row carried the same
+    # worker id twice. Read `by` for who it was.
+    # (jobs.store: `Store._fenced` and the batch finish, jobs.claim.)
     actor = models.CharField(max_length=200, blank=True, default="")
     reason = models.TextField(blank=True, default="")
     detail = models.JSONField(default=dict, blank=True)
@@ -235,6 +243,12 @@ class JobEvent(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.from_state}→{self.to_state} (epoch {self.epoch})"
+
+    @property
+    def by(self) -> str:
+        """Who made this change: the actor, else the attempt's own worker
+        ("" for the engine's own rows that name nobody)."""
+        return self.actor or self.worker_id
 
 
 # ---------------------------------------------------------------- outbox (DESIGN §7)

@@ -135,7 +135,7 @@ def check_seen(job: Job, seen_event: int | None) -> None:
         raise DecisionRefused(_NOT_SEEN)
     newest = newest_event(job.pk)
     if newest is not None and newest.id != seen_event:
-        who = newest.actor or newest.worker_id or "the engine"
+        who = newest.by or "the engine"
         raise AlreadyDecided(
             f"already decided by {who} at {newest.created_at:%Y-%m-%d %H:%M:%S %Z} "
             f"({newest.kind}: {newest.from_state} → {newest.to_state}); nothing changed"

@@ -898,7 +898,9 @@ class Store:
         fence = [tenant, key, epoch, worker_id]
         update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
         params += fence
-        event = [name, State.LEASED, str(target), worker_id, worker_id, storable_text(reason), _json(detail)]
+        # The worker writes about its own attempt: named once, in worker_id
+        # (`JobEvent.by`).
+        event = [name, State.LEASED, str(target), worker_id, "", storable_text(reason), _json(detail)]
         # Into review: the deadline hooks write in the same transaction.
         into_review = target == State.WAITING_REVIEW and _review_hooks
         atomic = transaction.atomic() if into_review else _atomic_unless_postgres()

@@ -44,8 +44,9 @@ def test_seed_history_shows_each_attempt_once_with_its_claim_and_how_it_ended():
             for e in job.events.all()] == [
         ("enqueue", "READY", 0, "", "", None),
         ("takeover", "LEASED", 1, "worker-a", "worker-b", 100),
-        ("finish", "DONE", 2, "worker-b", "worker-b", 131),
+        ("finish", "DONE", 2, "worker-b", "", 131),
     ]
+    assert [e.by for e in job.events.all()] == ["", "worker-b", "worker-b"]
     # Finished, the job row keeps the last worker; the claim's time is in
     # the attempt's row only (`Job.claimed_at` is a LEASED row's).
     assert job.claimed_at is None and job.worker_id == "worker-b"

@@ -286,3 +286,41 @@ def test_fail_with_classifies_the_handlers_exception_and_honours_a_providers_cei
     assert job.state == "READY" and decision.delay <= 2.0
     assert job.next_attempt_at.timestamp() <= 103
     assert "TransientError: HTTP 503" in job.last_error
+
+
+def test_a_worker_s_rows_about_its_own_attempt_name_it_once_and_others_name_who_acted(store):
+    """Every attempt's row carried its worker's id twice (worker_id and
+    actor). A worker's own finish, batch finish, wait, failure and release
+    leave `actor` empty; a takeover, a recovery and a person keep theirs.
+    `by` reads who it was either way."""
+    for key in ("one", "batched", "waits", "fails", "released", "taken", "recovered"):
+        store.enqueue("studio", key)
+    epoch = {key: store.claim("studio", key, "w-1", now=100, ttl=30)
+             for key in ("one", "batched", "waits", "fails", "released", "recovered")}
+    store.finish("studio", "one", "w-1", epoch["one"], now=101)
+    store.finish_many("w-1", [(Job.objects.get(key="batched"), {"n": 1})], now=101)
+    store.wait("studio", "waits", "w-1", epoch["waits"], reason="a reply", now=101)
+    store.fail("studio", "fails", "w-1", epoch["fails"], error="boom", now=101)
+    store.release("studio", "released", "w-1", epoch["released"], reason="stopping", now=101)
+    store.claim("studio", "taken", "w-1", now=100, ttl=30)
+    store.claim("studio", "taken", "w-2", now=140, ttl=600)
+    store.recover_expired(now=200)
+    store.resume("studio", "waits", reason="reply received", actor="inbound:sim", now=210)
+
+    def ended(key):
+        return JobEvent.objects.filter(job__key=key).exclude(kind="enqueue").values_list(
+            "kind", "worker_id", "actor")[0]
+
+    assert {key: ended(key) for key in ("one", "batched", "waits", "fails", "released", "taken", "recovered")} == {
+        "one": ("finish", "w-1", ""),
+        "batched": ("finish", "w-1", ""),
+        "waits": ("wait", "w-1", ""),
+        "fails": ("fail", "w-1", ""),
+        "released": ("release", "w-1", ""),
+        "taken": ("takeover", "w-1", "w-2"),
+        "recovered": ("recover", "w-1", "recovery"),
+    }
+    resumed = JobEvent.objects.get(job__key="waits", kind="resume")
+    assert (resumed.actor, resumed.by) == ("inbound:sim", "inbound:sim")
+    assert [e.by for e in JobEvent.objects.filter(job__key="taken").order_by("id")] == ["", "w-2"]
+    assert JobEvent.objects.get(job__key="one", kind="finish").by == "w-1"
