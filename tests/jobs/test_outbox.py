@@ -288,3 +288,52 @@ def test_emit_wakes_listening_workers_on_commit_and_not_on_rollback(test_databas
         assert received == 2
     finally:
         listener.close()
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_batch_reads_the_head_of_a_backlog_not_all_of_it_whatever_the_statistics():
+    """Statistics taken while nearly every event was published, then a
+    consumer's outage leaves 20,000 pending: a batch of the relay must read
+    the oldest heads in index order, not hash and sort every pending event
+    (a plan PostgreSQL chose for the LIMIT written in as a constant)."""
+    import json
+
+    from django.db import connection
+    from django.utils import timezone
+
+    at = timezone.now()
+
+    def events(n, state, aggregates):
+        return [OutboxEvent(tenant="studio", aggregate_type="testapp.thing", aggregate_id=f"a{i % aggregates}",
+                            sequence=i + 1, event_type="e", state=state, created_at=at - timedelta(seconds=n - i))
+                for i in range(n)]
+
+    OutboxEvent.objects.bulk_create(events(5000, "PUBLISHED", 500))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_outboxevent")
+    OutboxEvent.objects.bulk_create(
+        OutboxEvent(tenant="studio", aggregate_type="testapp.backlog", aggregate_id=f"b{i}", sequence=1,
+                    event_type="e", created_at=at - timedelta(seconds=20_000 - i)) for i in range(20_000))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM jobs_outboxevent")
+    limit = 100
+    sql, params = outbox.heads_sql(at=at, limit=limit)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    read = [(node["Node Type"], node.get("Index Name"), node["Actual Rows"] * node["Actual Loops"])
+            for node in _nodes(plan[0]["Plan"])
+            if node.get("Index Name") == "outbox_pending_order" or node["Node Type"] in ("Sort", "Hash")]
+    assert read and all(rows <= 2 * limit for *_, rows in read), read
+    assert outbox_relay(limit=limit) == limit  # (and the relay takes them, oldest first)
+    assert not OutboxEvent.objects.filter(state="PENDING", aggregate_id__in=["b0", "b99"], attempts=0).exists()
