@@ -179,3 +179,28 @@ def in_thread(target):
     thread = threading.Thread(target=run)
     thread.start()
     return thread, outcome
+
+
+def explained(sql: str, params, *, settings: tuple[str, ...] = ()) -> list[dict]:
+    """Every node of `sql`'s plan as PostgreSQL runs it (EXPLAIN ANALYZE,
+    FORMAT JSON), in a transaction that is rolled back: what it would write
+    is not kept. `settings` are `SET LOCAL` statements run first."""
+    import json
+
+    from django.db import connection, transaction
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            for setting in settings:
+                cursor.execute(setting)
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def nodes(node: dict):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    return list(nodes(plan[0]["Plan"]))

@@ -19,7 +19,7 @@ from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
 from jobs.store import JobSpec, Store, _finishes
-from tests.support import in_processes, wait_for
+from tests.support import explained, in_processes, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -626,15 +626,9 @@ def test_no_plan_of_a_batch_s_finishes_reads_the_whole_table_once_per_job():
     finish = _finishes([(job, None) for job in jobs])
     sql, params = claim_sql._statement(claim_sql._GLOBAL_PG, "w", Clock(None), 30, None, None, 100, finish=finish,
                                        one_tenant=True)
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL random_page_cost = 1000")
-            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-            plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    plan = json.loads(plan) if isinstance(plan, str) else plan
     # (Read whole once, a table is a fair plan where an index looks dear.)
-    repeated = [(node["Node Type"], node["Actual Loops"]) for node in _plan_nodes(plan[0]["Plan"])
+    repeated = [(node["Node Type"], node["Actual Loops"])
+                for node in explained(sql, params, settings=("SET LOCAL random_page_cost = 1000",))
                 if node.get("Relation Name") == "jobs_job" and node["Node Type"] == "Seq Scan"
                 and node["Actual Loops"] > 1]
     assert not repeated, repeated
@@ -699,13 +693,7 @@ def test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_t
     finish = _finishes([(job, None) for job in jobs])
     sql, params = claim_sql._statement(getattr(claim_sql, template), "w", Clock(None), 30, None, None, limit,
                                        finish=finish, one_tenant=template == "_GLOBAL_PG")
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-            plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    read = [(node["Node Type"], node["Actual Rows"]) for node in _plan_nodes(plan[0]["Plan"])
+    read = [(node["Node Type"], node["Actual Rows"]) for node in explained(sql, params)
             if node.get("Index Name") == "job_claim_tenant" or node["Node Type"] == "Sort"]
     assert read and all(rows <= 2 * limit for _, rows in read), read
     assert Job.objects.filter(state="LEASED").count() == limit  # (the explained statement was rolled back)
