@@ -137,6 +137,10 @@ MUTANTS: list[Mutant] = [
              "(SELECT id, updated_at FROM finished) AS c ON c.id = d.id"),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
         postgres=True),
+    Mutant("claim-limit-unread", "a batch claim walks the claim index in order whatever the statistics", (
+        Edit("jobs/claim.py", "        LIMIT (SELECT {limit})", "        LIMIT {limit}"),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_the_statistics",),
+        postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
