@@ -197,10 +197,11 @@ def explained(sql: str, params, *, settings: tuple[str, ...] = ()) -> list[dict]
             plan = cursor.fetchone()[0]
         transaction.set_rollback(True)
     plan = json.loads(plan) if isinstance(plan, str) else plan
+    return list(plan_nodes(plan[0]["Plan"]))
 
-    def nodes(node: dict):
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
 
-    return list(nodes(plan[0]["Plan"]))
+def plan_nodes(node: dict):
+    """A plan node of EXPLAIN (FORMAT JSON) and every node under it."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)

@@ -19,7 +19,7 @@ from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
 from jobs.store import JobSpec, Store, _finishes
-from tests.support import explained, in_processes, wait_for
+from tests.support import explained, in_processes, plan_nodes, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -225,19 +225,13 @@ def test_eight_processes_race_batched_claims_and_each_job_is_done_exactly_once()
 # ---------------------------------------------------------------- plans
 
 
-def _plan_nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _plan_nodes(child)
-
-
 def _assert_claim_plan(limit: int, actions=None) -> None:
     sql, params = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30, None, actions, limit)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         plan = cursor.fetchone()[0]
     plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    nodes = list(plan_nodes(plan[0]["Plan"]))
     on_jobs = [scan[:2] for scan in _scans_of_jobs(plan)]
     # The row to lease is updated by primary key, the heads read from the
     # claim index in claim order: no sequential scan of the table, no
@@ -249,7 +243,7 @@ def _assert_claim_plan(limit: int, actions=None) -> None:
     # first a ranked tenant has, from the claim index by that tenant's key.
     locks = [node for node in nodes if node["Node Type"] == "LockRows"]
     locked_by = {(n.get("Index Name"), "tenant" in n.get("Index Cond", "")) for lock in locks
-                 for n in _plan_nodes(lock) if n.get("Relation Name") == "jobs_job"}
+                 for n in plan_nodes(lock) if n.get("Relation Name") == "jobs_job"}
     assert locked_by == ({("job_claim_tenant", True)} if limit == 1 else {("jobs_job_pkey", False)}), locked_by
 
 
@@ -416,11 +410,11 @@ def _scans_of_jobs(plan) -> list[tuple[str, str | None, str]]:
     """Every read of jobs_job in an EXPLAIN (FORMAT JSON) plan as (node,
     index, condition); a bitmap heap scan is named by its index scans."""
     scans = []
-    for node in _plan_nodes(plan[0]["Plan"]):
+    for node in plan_nodes(plan[0]["Plan"]):
         if node.get("Relation Name") != "jobs_job":
             continue
         if node["Node Type"] == "Bitmap Heap Scan":  # named by the index scans under it
-            indexes = {n.get("Index Name") for n in _plan_nodes(node) if n["Node Type"] == "Bitmap Index Scan"}
+            indexes = {n.get("Index Name") for n in plan_nodes(node) if n["Node Type"] == "Bitmap Index Scan"}
             scans.append(("Bitmap Heap Scan", ",".join(sorted(indexes)), node.get("Recheck Cond", "")))
         else:
             scans.append((node["Node Type"], node.get("Index Name"), node.get("Index Cond", "")))

@@ -6,7 +6,8 @@ from datetime import date, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
+from django.utils import timezone
 
 from jobs import notify, outbox
 from jobs.health import outbox_health
@@ -298,9 +299,6 @@ def test_a_relay_batch_reads_the_head_of_a_backlog_not_all_of_it_whatever_the_st
     consumer's outage leaves 20,000 pending: a batch of the relay must read
     the oldest heads in index order, not hash and sort every pending event
     (a plan PostgreSQL chose for the LIMIT written in as a constant)."""
-    from django.db import connection
-    from django.utils import timezone
-
     at = timezone.now()
 
     def events(n, state, aggregates):
