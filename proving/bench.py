@@ -19,11 +19,17 @@ What it measures, and how:
   idle workers; the job's `enqueue` event vs its `claim` event, both stamped by
   the database clock. Once with NOTIFY, once with this process's NOTIFY
   switched off, which leaves the workers' polling fallback.
-- **claim time vs table size**: the median `Store.claim_next` (and
-  `claim_next` + `finish`) over a small READY set, with the table as found,
+- **claim time vs table size**: the median default claim of one job (and
+  the claim and its finish) over a small READY set, with the table as found,
   then with `--rows` DONE rows, then with `--rows` WAITING_EXTERNAL rows.
 - **claim time vs tenants**: the same median with one tenant holding READY
   work and with 10,000 tenants holding it.
+- **claim time vs backlog**: the median default claim of 1 and of 100 jobs
+  from one tenant's READY backlog, shallow, then `--backlog` jobs deep, with
+  planner statistics taken while many tenants each held a few READY jobs
+  (a burst behind the last ANALYZE: they expect fewer READY jobs of the
+  tenant than a batch): a claim reads the backlog's head, so deep it costs
+  what it costs shallow.
 - **peak RSS per worker**: each `run_worker` process's high-water mark
   (`VmHWM` in /proc/<pid>/status, Linux), read just before it is stopped.
 
@@ -36,6 +42,7 @@ user's tenant. Its workers and claims are restricted to its own action
 (lease recovery, timers, outbox relay).
 """
 
+import itertools
 import json
 import multiprocessing
 from contextlib import nullcontext
@@ -48,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,6 +102,21 @@ TARGET_BATCH_RATE = 10_000.0
 TARGET_CAPPED_SHARE = 0.5
 CAPPED_TENANTS = 10
 TARGET_TENANT_CLAIM_RATIO = 2.0
+# Claim time vs backlog: timed claims per row (after 3 untimed), and the
+# batch claimed beside the single one (run_worker --batch 100). Its target
+# is the table-size one: a deep backlog at most TARGET_CLAIM_RATIO × shallow.
+BACKLOG_CLAIMS = 20
+BACKLOG_BATCH = 100
+# The statistics its claims are planned with: taken while tenants held
+# BACKLOG_STATS_JOBS READY jobs each (a day's traffic, their rows
+# interleaved), as many tenants as make the planner expect
+# BACKLOG_EXPECTED READY jobs of any one once the backlog is in — fewer
+# than a batch, the estimate under which a batch's LIMIT written in as a
+# constant was planned as a read and sort of the whole backlog. (Twelve
+# each keeps the tenants under a tenth of the rows, so ANALYZE records
+# their number, not a share of the table that would grow with it.)
+BACKLOG_STATS_JOBS = 12
+BACKLOG_EXPECTED = 40
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -122,6 +144,7 @@ class BenchConfig:
     queue_rows: int | None = None  # the console queues' section (None: `rows`; 0: skipped)
     queues_only: bool = False  # only that section
     lease_cap: int = 2  # the capped-vs-uncapped rows (JOBS_TENANT_LEASE_CAP; 0: skipped)
+    backlog: int = 200_000  # READY jobs in the deep row of claim time vs backlog (0: section skipped)
 
 
 @dataclass
@@ -188,6 +211,7 @@ class ClaimCase:
     claim_finish_ms: float
     buffers: int | None = None
     load_seconds: float | None = None
+    batch: int = 1  # jobs per claim
 
 
 @dataclass
@@ -201,6 +225,8 @@ class Results:
     claims: list[ClaimCase] = field(default_factory=list)
     claim_count: int = 0
     tenant_claims: list[ClaimCase] = field(default_factory=list)
+    backlog_claims: list[ClaimCase] = field(default_factory=list)
+    backlog_claim_count: int = 0
     rss_mib: dict[str, list[float]] = field(default_factory=dict)  # section -> per-process VmHWM
     changelist: list[ChangelistCase] = field(default_factory=list)
     queues: list[QueueCase] = field(default_factory=list)
@@ -235,6 +261,9 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
         results.claim_count = config.claims
         progress(f"claim time: one tenant vs {config.claim_tenants:,} tenants")
         results.tenant_claims = _claim_vs_tenants(config)
+        if config.backlog:
+            results.backlog_claims = _claim_vs_backlog(config, progress)
+            results.backlog_claim_count = min(config.claims, BACKLOG_CLAIMS)
         progress("claim time vs table size")
         results.claims = _claim_vs_size(config, progress)
         if not config.skip_bulk:
@@ -815,48 +844,117 @@ def _claim_times(case: str, claims: int, tenants: list[str] | None = None) -> tu
     """Median ms of `claim_next`, and of `claim_next` + `finish`, over
     `claims` claims (after a few warm-up claims) on a small READY set — the
     default claim, as run_worker takes it (no tenant filter; only the bench's
-    action); and (PostgreSQL) the median buffers one claim statement touches,
-    sampled at three points — a count that, unlike time, a busy machine does
-    not blur. With `tenants`, every one of them holds a job."""
+    action); and (PostgreSQL) the median buffers one claim statement touches.
+    With `tenants`, every one of them holds a job."""
     tenants = tenants or [TENANT_CLAIM]
     warmup = min(20, claims)
+    Store().enqueue_many(JobSpec(tenants[i % len(tenants)], f"claim-{case}-{i:06d}", action=BENCH_ACTION)
+                         for i in range(max(warmup + claims, len(tenants))))
+    timings = _time_claims(claims, warmup)
+    delete_tenants(tenants)
+    return timings
+
+
+def _time_claims(claims: int, warmup: int, batch: int = 1) -> tuple[float, float, int | None]:
+    """Median ms of a default claim of `batch` jobs (`claim_batch`, as
+    run_worker --batch takes it: no tenant filter, only the bench's action),
+    and of the claim and the finish of what it took (`finish_many`), over
+    `claims` claims after `warmup` untimed ones, on the READY jobs already
+    loaded; and (PostgreSQL) the median buffers one claim statement touches,
+    sampled at three points — a count that, unlike time, a busy machine does
+    not blur."""
     store = Store()
-    store.enqueue_many(JobSpec(tenants[i % len(tenants)], f"claim-{case}-{i:06d}", action=BENCH_ACTION)
-                       for i in range(max(warmup + claims, len(tenants))))
     worker = "bench-claimer"
     samples = {warmup + claims * k // 4 for k in (1, 2, 3)}
     claim_ms, total_ms, buffers = [], [], []
     for i in range(warmup + claims):
         if i in samples:
-            buffers.append(_claim_buffers(worker))
+            buffers.append(_claim_buffers(worker, batch))
         started = time.perf_counter()
-        job = store.claim_next(worker, actions=[BENCH_ACTION])
+        jobs = store.claim_batch(worker, limit=batch, actions=[BENCH_ACTION])
         claimed = time.perf_counter()
-        if job is None:
-            raise BenchError(f"claim_next found nothing after {i} of {warmup + claims} claims")
-        store.finish(job.tenant, job.key, worker, job.lease_epoch)
+        if not jobs:
+            # (Fewer than `batch` is a claim's right: a fair batch takes a
+            # share from each tenant it samples, some of whose READY jobs
+            # may be other actions', a user's.)
+            raise BenchError(f"a claim of {batch} found nothing after {i} of {warmup + claims} claims")
+        store.finish_many(worker, [(job, None) for job in jobs])
         finished = time.perf_counter()
         if i >= warmup:
             claim_ms.append((claimed - started) * 1000)
             total_ms.append((finished - started) * 1000)
-    delete_tenants(tenants)
     counted = [b for b in buffers if b is not None]
     return statistics.median(claim_ms), statistics.median(total_ms), (
         int(statistics.median(counted)) if counted else None)
 
 
-def _claim_buffers(worker: str) -> int | None:
-    """Shared buffers (hit + read) that the default claim statement touches,
-    from EXPLAIN (ANALYZE, BUFFERS) in a transaction that is rolled back, so
-    no job is claimed. PostgreSQL only; None if the claim module's statement
-    builder changed shape."""
+def _claim_vs_backlog(config: BenchConfig, progress: Callable[[str], None]) -> list[ClaimCase]:
+    """Default claims of 1 and of BACKLOG_BATCH jobs from one tenant's READY
+    backlog, first a shallow one (just what the claims take), then
+    `config.backlog` jobs deep, with the planner's statistics as an ANALYZE
+    left them while many tenants each held a few READY jobs (see
+    BACKLOG_EXPECTED), and the table vacuumed since the backlog came
+    (autovacuum's VACUUM counts its rows; only its ANALYZE, later, would
+    see whose they are). A claim reads the
+    backlog's head: deep, it must cost what it costs shallow. The statistics
+    are taken again at the end, so the table is left with true ones."""
+    claims = min(config.claims, BACKLOG_CLAIMS)
+    warmup = 3
+    shallow = (warmup + claims) * (1 + BACKLOG_BATCH)
+    deep = max(config.backlog, shallow)
+    many = MANY_TENANTS[:max(1, min(len(MANY_TENANTS), deep // BACKLOG_EXPECTED))]
+    progress(f"claim time vs backlog: statistics taken while {len(many):,} tenants hold "
+             f"{BACKLOG_STATS_JOBS} READY jobs each")
+    _enqueue_ready(JobSpec(tenant, f"stats-{n}", action=BENCH_ACTION) for n in range(BACKLOG_STATS_JOBS)
+                   for tenant in many)
+    _analyze()
+    delete_tenants(many)
+    cases = []
+    for ready in (shallow, deep):
+        progress(f"claim time vs backlog: {ready:,} READY jobs in one tenant")
+        started = time.perf_counter()
+        _enqueue_ready(JobSpec(TENANT_CLAIM, f"backlog-{i:07d}", action=BENCH_ACTION) for i in range(ready))
+        load_seconds = time.perf_counter() - started
+        _vacuum()
+        for batch in (1, BACKLOG_BATCH):
+            cases.append(ClaimCase(f"claim {batch}, {ready:,} READY", ready, *_time_claims(claims, warmup, batch),
+                                   load_seconds=load_seconds if batch == 1 else None, batch=batch))
+        delete_tenants([TENANT_CLAIM])
+    _vacuum()
+    _analyze()
+    return cases
+
+
+def _enqueue_ready(specs: Iterable[JobSpec], chunk: int = 10_000) -> None:
+    """`Store.enqueue_many`, a transaction per `chunk` jobs."""
+    store = Store()
+    for batch in iter(lambda: list(itertools.islice(specs, chunk)), []):
+        with transaction.atomic():
+            store.enqueue_many(batch)
+
+
+def _analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+
+
+def _claim_buffers(worker: str, limit: int = 1) -> int | None:
+    """Shared buffers (hit + read) that the next default claim statement of
+    `limit` jobs touches — the global claim if this thread's last claim saw
+    one tenant with READY work, else the fair one — from EXPLAIN (ANALYZE,
+    BUFFERS) in a transaction that is rolled back, so no job is claimed.
+    PostgreSQL only; None if the claim module's statement builder changed
+    shape."""
     if connection.vendor != "postgresql":
         return None
     from jobs import claim as claim_sql
     from jobs.clock import Clock
 
+    one_tenant = getattr(claim_sql._last_seen, "one_tenant", False)
+    template = claim_sql._GLOBAL_PG if one_tenant else claim_sql._FAIR_PG
     try:
-        sql, params = claim_sql._statement(claim_sql._FAIR_PG, worker, Clock(None), 30.0, None, [BENCH_ACTION], 1)
+        sql, params = claim_sql._statement(template, worker, Clock(None), 30.0, None, [BENCH_ACTION], limit,
+                                           one_tenant=one_tenant)
     except (AttributeError, TypeError):
         return None
     with transaction.atomic(), connection.cursor() as cursor:
@@ -953,8 +1051,8 @@ def render(results: Results) -> str:
         out.append("")
 
     if results.claims:
-        out.append(f"CLAIM TIME VS TABLE SIZE: median of {results.claim_count} claims on a small READY set "
-                   "(Store.claim_next, then finish)")
+        out.append(f"CLAIM TIME VS TABLE SIZE: median of {results.claim_count} default claims of one job on a "
+                   "small READY set (then its finish)")
         base = results.claims[0].claim_ms
         rows = []
         for i, case in enumerate(results.claims):
@@ -967,6 +1065,25 @@ def render(results: Results) -> str:
             ])
         out += table(["", "other rows", "claim ms", "claim+finish ms", "vs first",
                       f"≤ {TARGET_CLAIM_RATIO}×", "buffers/claim", "load s"], rows)
+        out.append("")
+
+    if results.backlog_claims:
+        out.append(f"CLAIM TIME VS BACKLOG: median of {results.backlog_claim_count} default claims (then their "
+                   f"finish) from one tenant's READY jobs, with planner statistics taken while many tenants held "
+                   f"{BACKLOG_STATS_JOBS} READY jobs each: for any tenant they expect about {BACKLOG_EXPECTED}, fewer "
+                   "than a batch")
+        rows = []
+        for case in results.backlog_claims:
+            base = next(c for c in results.backlog_claims if c.batch == case.batch)
+            ratio = case.claim_ms / base.claim_ms
+            rows.append([
+                case.label, f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
+                "" if case is base else verdict(ratio <= TARGET_CLAIM_RATIO),
+                f"{case.buffers:,}" if case.buffers is not None else "n/a",
+                f"{case.load_seconds:.1f}" if case.load_seconds is not None else "",
+            ])
+        out += table(["", "claim ms", "claim+finish ms", "vs shallow", f"≤ {TARGET_CLAIM_RATIO}×",
+                      "buffers/claim", "load s"], rows)
         out.append("")
 
     if results.rss_mib:

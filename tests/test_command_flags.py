@@ -44,6 +44,7 @@ REFUSED = [  # (command, flag, a value it must refuse)
     *[("bench", "--processes", v) for v in ("0", "1,x", "1,-2", "1,inf", "1,100000")],
     *[("bench", "--tenants", v) for v in ("10001", "-1")],
     ("bench", "--batches", "-1"),
+    *[("bench", "--backlog", v) for v in ("-1", "nan", "10000001")],
     *[("chaos", flag, "0") for flag in ("--jobs", "--workers", "--concurrency")],
     *[("chaos", flag, "-1") for flag in ("--kills", "--cut-connections")],
     *[("chaos", "--stall-after-accept", v) for v in ("-1", "inf", "nan")],

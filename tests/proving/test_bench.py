@@ -22,17 +22,23 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
     store.enqueue("bench-e2e", "e2e-leftover")
 
     result = manage.run("bench", "--quick", "--processes", "1", "--rows", "2000", "--jobs", "200",
-                        "--latency-jobs", "10", "--claims", "50", timeout=170)
+                        "--latency-jobs", "10", "--claims", "50", "--backlog", "3000", timeout=170)
 
     out = result.stdout
     for section in ("ENQUEUE", "END TO END", "INSERT → START LATENCY", "CLAIM TIME VS TABLE SIZE",
-                    "PEAK RSS PER WORKER PROCESS", "JOBS CHANGELIST", "CONSOLE QUEUES"):
+                    "CLAIM TIME VS BACKLOG", "PEAK RSS PER WORKER PROCESS", "JOBS CHANGELIST", "CONSOLE QUEUES"):
         assert section in out, out
     assert "1 process" in out
     assert "bulk approve of 500 items through the single-decision path: 500 decided" in out, out
     # The queues' rows are loaded with their search rows: the job list finds its one recipient.
     assert re.search(r"job list: q = one recipient +1 ", out), out
     assert "+ 2,000 DONE" in out and "+ 2,000 WAITING_EXTERNAL" in out
+    # Claims of 1 and of 100 from a shallow backlog (what 20 timed claims and
+    # 3 untimed take) and from --backlog deep, each deep one against its
+    # shallow one.
+    for batch in (1, 100):
+        assert re.search(rf"claim {batch}, 2,323 READY +[\d.]+ +[\d.]+ +1\.00× ", out), out
+        assert re.search(rf"claim {batch}, 3,000 READY +[\d.]+ +[\d.]+ +[\d.]+× +(ok|MISS) ", out), out
     # The lease cap's rows: the same work over 10 tenants, uncapped then capped.
     assert "1 process, 10 tenants" in out and "1 process, 10 tenants, lease cap 2" in out
     assert re.search(r"Lease cap 2 over 10 tenants: [\d,]+ jobs/s against [\d,]+ uncapped", out), out

@@ -8,9 +8,11 @@ from durable.numbers import NumberRefused, number_flag, whole_flag, whole_number
 from proving.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
 
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
-         "tenants": "1000", "claim_tenants": 2000}
+         "tenants": "1000", "claim_tenants": 2000,
+         "backlog": 20_000}
 FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "batch_jobs": 20_000,
-        "tenants": "1000,10000", "claim_tenants": 10_000}
+        "tenants": "1000,10000", "claim_tenants": 10_000,
+        "backlog": 200_000}
 
 
 class Command(BaseCommand):
@@ -23,7 +25,9 @@ class Command(BaseCommand):
         "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once, "
         "then over 10 tenants uncapped and with JOBS_TENANT_LEASE_CAP=--lease-cap; "
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
-        "vs --claim-tenants tenants holding READY work; claim time with the table "
+        "vs --claim-tenants tenants holding READY work; claim time of 1 and 100 jobs from one tenant's READY "
+        "backlog, shallow then --backlog deep, under planner statistics taken while many tenants held a "
+        "few READY jobs each (ANALYZE jobs_job, run again after); claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
         "jobs changelist (plain, by state, by tenant, key search) with --rows DONE jobs in the table; the "
         "console queues (text search, filters by proposer, age, assignee and tenant, the job list's search) "
@@ -72,6 +76,9 @@ class Command(BaseCommand):
         parser.add_argument("--claim-tenants", type=whole_flag(1, len(MANY_TENANTS)), default=None,
                             help=f"Tenants holding READY work in the claim-time-vs-tenants row, at most 10000 "
                                  f"(default {FULL['claim_tenants']:,}).")
+        parser.add_argument("--backlog", type=whole_flag(0, 10_000_000), default=None,
+                            help="READY jobs in one tenant for the deep row of claim time vs backlog (default "
+                                 f"{FULL['backlog']:,}; 0 skips the section).")
         parser.add_argument("--repeat", type=whole_flag(1, 100), default=1,
                             help="Pairs of runs (ours, then the raw loop) per end-to-end row, side by side "
                                  "(default 1). The rows then give the median rates and the median and range of "
@@ -126,6 +133,7 @@ class Command(BaseCommand):
             queue_rows=opts["queue_rows"],
             queues_only=opts["queues_only"],
             lease_cap=opts["lease_cap"],
+            backlog=opts["backlog"] if opts["backlog"] is not None else sizes["backlog"],
         )
         if not processes:
             raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
