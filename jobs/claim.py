@@ -568,6 +568,14 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
     if not tenants and not cap:
         # (The sample holds every tenant when there are few: one means one.)
         _last_seen.one_tenant = population <= 1
+        if jobs and len(jobs) < limit and population > 1:
+            # Short of the batch: each sampled tenant was given a share, and
+            # some could take none (their READY jobs another action's than
+            # this worker's, or retries not due). The tenants that gave
+            # work are asked for the rest, sharing it as before (a worker
+            # for one action among three tenants took a third of its batch).
+            given = sorted({job.tenant for job in jobs})
+            jobs += _claim_pg(worker, clock, ttl, given, actions, limit - len(jobs))[0]
         if not jobs and pruned:
             # A sample of drained tenants (a queue emptying, many tenants
             # with a job or two): they are out of the table now, and a new

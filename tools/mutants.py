@@ -141,6 +141,11 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "        LIMIT (SELECT {limit})", "        LIMIT {limit}"),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_the_statistics",),
         postgres=True),
+    Mutant("batch-short-not-refilled", "a batch short of its size asks the tenants that gave work for the rest", (
+        Edit("jobs/claim.py", "        if jobs and len(jobs) < limit and population > 1:",
+             "        if False:"),),
+        ("tests/jobs/test_claim_batch.py::test_a_batch_is_full_when_the_other_tenants_with_ready_jobs_have_none_it_may_take",),
+        postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

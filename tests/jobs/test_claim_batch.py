@@ -6,6 +6,7 @@ claims are and respects the lease cap, and each job of a batch keeps its own
 fence."""
 
 import signal
+import time
 from collections import Counter
 
 import pytest
@@ -69,6 +70,35 @@ def test_a_batch_takes_the_least_loaded_tenants_work_first(store):
     # "small" has nothing running, "big" four: small's three go first (its
     # loads 0, 1, 2 are below big's 4), then big's.
     assert sorted(tenants) == ["big", "big", "big", "small", "small", "small"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("others", ["another action's work", "retries not due yet"])
+def test_a_batch_is_full_when_the_other_tenants_with_ready_jobs_have_none_it_may_take(store, others):
+    """A worker for one action (`--action`), or tenants whose READY jobs all
+    wait for a retry: the batch is filled from the tenants that can give
+    work, not cut to the share they would have had if every tenant could
+    (it was a third: 35 of 100, with three tenants)."""
+    store.enqueue_many(JobSpec("mail", f"m{i}", action="jobs.noop") for i in range(150))
+    later = time.time() + 3600
+    for tenant in ("books", "crm"):
+        if others == "retries not due yet":
+            store.enqueue_many(JobSpec(tenant, f"r{i}", run_at=later) for i in range(40))
+        else:
+            store.enqueue_many(JobSpec(tenant, f"r{i}", action="reports.build") for i in range(40))
+    jobs = store.claim_batch("w", limit=100, actions=["jobs.noop"])
+    assert len(jobs) == 100 and {job.tenant for job in jobs} == {"mail"}
+    # In the claim order: the tenant's first hundred.
+    assert sorted(job.key for job in jobs) == sorted(f"m{i}" for i in range(100))
+
+
+@pytest.mark.django_db
+def test_a_batch_filled_from_the_tenants_that_can_give_work_still_shares_it_among_them(store):
+    store.enqueue_many(JobSpec(tenant, f"{tenant}{i}") for tenant in ("a", "b") for i in range(60))
+    store.enqueue_many(JobSpec(tenant, f"r{i}", action="reports.build") for tenant in ("c", "d")
+                       for i in range(10))
+    tenants = Counter(job.tenant for job in store.claim_batch("w", limit=100, actions=["jobs.noop"]))
+    assert tenants == {"a": 50, "b": 50}
 
 
 # ---------------------------------------------------------------- batched claims and finishes
