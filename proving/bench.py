@@ -43,7 +43,6 @@ user's tenant. Its workers and claims are restricted to its own action
 """
 
 import itertools
-import json
 import multiprocessing
 from contextlib import nullcontext
 import os
@@ -74,7 +73,7 @@ from jobs.store import JobSpec, Store
 
 from .bench_changelist import ChangelistCase, changelist_bench, render_changelist
 from .bench_queues import BulkCase, QueueCase, queues_bench, render_queues
-from .bench_common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
+from .bench_common import BULK_TENANTS, analyzed_plan, bulk_load, delete_tenants, table, tidy, verdict
 
 TENANT_ENQUEUE = "bench-enqueue"
 TENANT_E2E = "bench-e2e"
@@ -907,7 +906,7 @@ def _claim_vs_backlog(config: BenchConfig, progress: Callable[[str], None]) -> l
              f"{BACKLOG_STATS_JOBS} READY jobs each")
     _enqueue_ready(JobSpec(tenant, f"stats-{n}", action=BENCH_ACTION) for n in range(BACKLOG_STATS_JOBS)
                    for tenant in many)
-    _analyze()
+    tidy()
     delete_tenants(many)
     cases = []
     for ready in (shallow, deep):
@@ -920,8 +919,7 @@ def _claim_vs_backlog(config: BenchConfig, progress: Callable[[str], None]) -> l
             cases.append(ClaimCase(f"claim {batch}, {ready:,} READY", ready, *_time_claims(claims, warmup, batch),
                                    load_seconds=load_seconds if batch == 1 else None, batch=batch))
         delete_tenants([TENANT_CLAIM])
-    _vacuum()
-    _analyze()
+    tidy()
     return cases
 
 
@@ -931,11 +929,6 @@ def _enqueue_ready(specs: Iterable[JobSpec], chunk: int = 10_000) -> None:
     for batch in iter(lambda: list(itertools.islice(specs, chunk)), []):
         with transaction.atomic():
             store.enqueue_many(batch)
-
-
-def _analyze() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {Job._meta.db_table}")
 
 
 def _claim_buffers(worker: str, limit: int = 1) -> int | None:
@@ -957,13 +950,7 @@ def _claim_buffers(worker: str, limit: int = 1) -> int | None:
                                            one_tenant=one_tenant)
     except (AttributeError, TypeError):
         return None
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    top = plan[0]["Plan"]
+    top = analyzed_plan(sql, params)
     return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
 
 

@@ -4,6 +4,7 @@ printed in. `bench.py` (the engine's sections) and `bench_changelist.py`
 (the console's) both import from here; `bench.py` imports `bench_changelist.py`,
 and neither this module nor `bench_changelist.py` imports `bench.py`."""
 
+import json
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -125,6 +126,22 @@ def tidy() -> None:
     with connection.cursor() as cursor:
         for name in (Job._meta.db_table, JobSearch._meta.db_table):
             cursor.execute(f"VACUUM (ANALYZE) {name}" if connection.vendor == "postgresql" else f"ANALYZE {name}")
+
+
+def analyzed_plan(sql: str, params, *, settings: tuple[str, ...] = ()) -> dict:
+    """The top node of `sql`'s plan as PostgreSQL runs it (EXPLAIN (ANALYZE,
+    BUFFERS, FORMAT JSON)), in a transaction that is rolled back: what the
+    statement would write is not kept. `settings` are `SET LOCAL`
+    statements run first."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            for setting in settings:
+                cursor.execute(setting)
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+            plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return plan[0]["Plan"]
 
 
 # ---------------------------------------------------------------- the table

@@ -184,20 +184,11 @@ def in_thread(target):
 def explained(sql: str, params, *, settings: tuple[str, ...] = ()) -> list[dict]:
     """Every node of `sql`'s plan as PostgreSQL runs it (EXPLAIN ANALYZE,
     FORMAT JSON), in a transaction that is rolled back: what it would write
-    is not kept. `settings` are `SET LOCAL` statements run first."""
-    import json
+    is not kept. `settings` are `SET LOCAL` statements run first
+    (`proving.bench_common.analyzed_plan`, which the bench reads too)."""
+    from proving.bench_common import analyzed_plan
 
-    from django.db import connection, transaction
-
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            for setting in settings:
-                cursor.execute(setting)
-            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-            plan = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    return list(plan_nodes(plan[0]["Plan"]))
+    return list(plan_nodes(analyzed_plan(sql, params, settings=settings)))
 
 
 def plan_nodes(node: dict):

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
         "vs --claim-tenants tenants holding READY work; claim time of 1 and 100 jobs from one tenant's READY "
         "backlog, shallow then --backlog deep, under planner statistics taken while many tenants held a "
-        "few READY jobs each (ANALYZE jobs_job, run again after); claim time with the table "
+        "few READY jobs each (VACUUM (ANALYZE) of jobs_job, run again after); claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
         "jobs changelist (plain, by state, by tenant, key search) with --rows DONE jobs in the table; the "
         "console queues (text search, filters by proposer, age, assignee and tenant, the job list's search) "
