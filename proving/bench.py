@@ -3,7 +3,8 @@ database, one plain-text table, each figure next to its target. Speed is
 measured here and never asserted by a timed test (DESIGN §12).
 
 What it measures, and how:
-- **enqueue rate**: `Store.enqueue` one job at a time, and `Store.enqueue_many`.
+- **enqueue rate**: `Store.enqueue` one job at a time, and `Store.enqueue_many`,
+  with the WAL bytes each writes per job (PostgreSQL).
 - **end-to-end throughput**: `--jobs` no-op jobs committed at once in front
   of N idle, LISTENing `manage.py run_worker` processes (real OS processes,
   started and idle *before* the clock starts, so interpreter start-up is not
@@ -216,7 +217,7 @@ class ClaimCase:
 @dataclass
 class Results:
     header: list[str] = field(default_factory=list)
-    enqueue: list[tuple[str, int, float]] = field(default_factory=list)
+    enqueue: list[tuple[str, int, float, int | None]] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)
     latency_workers: int = 0
@@ -336,19 +337,24 @@ def _header(config: BenchConfig) -> list[str]:
 # ---------------------------------------------------------------- enqueue
 
 
-def _enqueue_rates(config: BenchConfig) -> list[tuple[str, int, float]]:
+def _enqueue_rates(config: BenchConfig) -> list[tuple[str, int, float, int | None]]:
+    """(label, jobs, seconds, WAL bytes written meanwhile) for one-by-one and
+    batched enqueues: what a job costs before any worker sees it (the end to
+    end rows count only what comes after)."""
     store = Store()
     one_by_one = min(config.jobs, 2000)
+    wal = _wal_position()
     started = time.perf_counter()
     for i in range(one_by_one):
         store.enqueue(TENANT_ENQUEUE, f"one-{i:07d}")
-    single = time.perf_counter() - started
+    single = time.perf_counter() - started, _wal_since(wal)
     specs = [JobSpec(TENANT_ENQUEUE, f"many-{i:07d}") for i in range(config.jobs)]
+    wal = _wal_position()
     started = time.perf_counter()
     store.enqueue_many(specs)
-    many = time.perf_counter() - started
+    many = time.perf_counter() - started, _wal_since(wal)
     delete_tenants([TENANT_ENQUEUE])
-    return [("one by one (Store.enqueue)", one_by_one, single), ("batched (Store.enqueue_many)", config.jobs, many)]
+    return [("one by one (Store.enqueue)", one_by_one, *single), ("batched (Store.enqueue_many)", config.jobs, *many)]
 
 
 # ---------------------------------------------------------------- worker processes
@@ -964,8 +970,9 @@ def render(results: Results) -> str:
     if results.enqueue:
         out.append("ENQUEUE")
         out += table(
-            ["", "jobs", "seconds", "jobs/s"],
-            [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}"] for label, n, s in results.enqueue],
+            ["", "jobs", "seconds", "jobs/s", "WAL B/job"],
+            [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}", _wal_text(wal / n if wal is not None else None)]
+             for label, n, s, wal in results.enqueue],
         )
         out.append("")
 

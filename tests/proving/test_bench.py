@@ -46,8 +46,11 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
         assert "NOTIFY (workers poll every 1 s)" in out
         # WAL bytes per job, ours / the raw loop's: both measured.
         assert re.search(r"  1 process .* [\d,]+ / [\d,]+ ", out), out
+        # And what each enqueue wrote, before any worker saw the job.
+        assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +[\d,]+\n", out), out
     else:
         assert "n/a" in out  # no reference loop on SQLite
+        assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +n/a\n", out), out
 
     assert not Job.objects.filter(tenant__in=BENCH_TENANTS).exists()
     assert not JobSearch.objects.filter(tenant__in=BENCH_TENANTS).exists()

@@ -18,7 +18,7 @@ FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "ba
 class Command(BaseCommand):
     help = (
         "Speed figures on the configured database (DATABASE_URL), one run, one table: enqueue rate "
-        "(one by one and enqueue_many); end-to-end no-op jobs/s through 1, 2, 4, 8 default run_worker "
+        "and WAL bytes per job (one by one and enqueue_many); end-to-end no-op jobs/s through 1, 2, 4, 8 default run_worker "
         "processes (no --tenant: the fair claim users run) next to a minimal raw-psycopg SKIP LOCKED loop "
         "in the same run (PostgreSQL only; n/a on SQLite), with the WAL bytes each writes per job (--repeat "
         "N: N such pairs side by side per row, medians), then with the jobs spread over --tenants "
