@@ -283,9 +283,10 @@ _CLAIM_ORDER = "tenant, priority DESC, next_attempt_at ASC NULLS FIRST, id"
 # adder holds and asks again after the lock (migration 0013).
 _FAIR_TAIL = """
     SELECT c.*, g.pruned, {finished_once}, (SELECT count(*) FROM load) AS population FROM (
-        -- (g: pruned, finished.)
+        -- (g: pruned, finished. OFFSET 0 keeps d a subquery of its own:
+        -- pulled up, each use of d.t asked the question again.)
         SELECT (SELECT CASE WHEN cardinality(d.t) > 0 THEN jobs_readytenant_prune(d.t) END
-                FROM (SELECT ARRAY({gone}) AS t) AS d) AS pruned, {finished} AS finished
+                FROM (SELECT ARRAY({gone}) AS t OFFSET 0) AS d) AS pruned, {finished} AS finished
     ) AS g LEFT JOIN claimed AS c ON true
 """
 

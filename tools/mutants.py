@@ -146,6 +146,10 @@ MUTANTS: list[Mutant] = [
              "        if False:"),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_is_full_when_the_other_tenants_with_ready_jobs_have_none_it_may_take",),
         postgres=True),
+    Mutant("drained-asked-twice", "a claim asks once which sampled tenants are left without READY work", (
+        Edit("jobs/claim.py", "AS t OFFSET 0) AS d)", "AS t) AS d)"),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_claim_asks_once_whether_each_sampled_tenant_is_left_without_ready_work",),
+        postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

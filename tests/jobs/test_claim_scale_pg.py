@@ -342,6 +342,27 @@ def test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_walking_t
     assert "busy" in _sampled() and not _sampled() & set(drained[:claim_sql.SAMPLE_TENANTS])
 
 
+@pytest.mark.parametrize("limit", [1, 10])
+def test_a_claim_asks_once_whether_each_sampled_tenant_is_left_without_ready_work(store, limit):
+    """The tenants the claim found drained are tested for emptiness and
+    handed to the prune function: written as a subquery the planner pulled
+    up, the question was put twice, each sampled tenant's claim index
+    read once for each."""
+    drained = ["d0", "d1", "d2"]
+    for tenant in drained:
+        store.enqueue(tenant, "k")
+        job = store.claim_next("w", tenants=[tenant, "other"])  # a listed claim prunes nothing
+        store.finish(tenant, "k", "w", job.lease_epoch)
+    store.enqueue("busy", "work")
+    with connection.cursor() as cursor:  # (the drained tenants asked before "busy")
+        cursor.execute("UPDATE jobs_readytenant SET slot = CASE WHEN tenant = 'busy' THEN 0.99 ELSE 0.01 END")
+    sql, params = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30.0, None, None, limit)
+    params["lottery"] = "00000006"  # (md5 ranks "busy" last of these tenants)
+    asking = [node for node in explained(sql, params) if re.fullmatch(r"r(_\d+)?", node.get("Alias", ""))
+              and node.get("Actual Loops", 0) > 0]
+    assert [node["Actual Loops"] for node in asking] == [len(drained)], asking
+
+
 def test_pruning_skips_a_tenant_whose_new_work_is_not_committed_yet(store):
     """The race the lock protocol closes: the pruner's snapshot cannot see
     an uncommitted job, so it must leave the tenant's row alone."""
