@@ -16,6 +16,7 @@ from django_tasks.signals import task_enqueued, task_finished, task_started
 
 from jobs.models import Job
 from jobs.retention import retention_sweep
+from jobs.retry import RetryPolicy
 from jobs.tasks_backend import ACTION, DurableBackend
 from jobs.worker import Worker, WorkerConfig
 from tests.engineapp.tasks import attempt_number, explode, record, record_async
@@ -144,7 +145,10 @@ def job_of(result) -> Job:
 @override_settings(TASKS={"default": {"BACKEND": "jobs.tasks_backend.DurableBackend", "QUEUES": ["default"],
                                       "OPTIONS": {"MAX_ATTEMPTS": 2}}})
 def test_the_signals_are_sent_with_the_status_recorded_and_a_failure_is_logged_with_the_task_s_traceback(
-        tmp_path, caplog):
+        tmp_path, caplog, monkeypatch):
+    # The retry a minute away: a full-jitter backoff of a few milliseconds
+    # fell due before the first run went idle, which then ran both attempts.
+    monkeypatch.setattr(RetryPolicy, "backoff", lambda self, attempt, rng=None: 60.0)
     received = []
 
     def receiver(signal_name):
