@@ -342,17 +342,17 @@ def _enqueue_rates(config: BenchConfig) -> list[tuple[str, int, float, int | Non
     batched enqueues: what a job costs before any worker sees it (the end to
     end rows count only what comes after)."""
     store = Store()
+
+    def measured(enqueue: Callable[[], object]) -> tuple[float, int | None]:
+        wal = _wal_position()
+        started = time.perf_counter()
+        enqueue()
+        return time.perf_counter() - started, _wal_since(wal)
+
     one_by_one = min(config.jobs, 2000)
-    wal = _wal_position()
-    started = time.perf_counter()
-    for i in range(one_by_one):
-        store.enqueue(TENANT_ENQUEUE, f"one-{i:07d}")
-    single = time.perf_counter() - started, _wal_since(wal)
+    single = measured(lambda: [store.enqueue(TENANT_ENQUEUE, f"one-{i:07d}") for i in range(one_by_one)])
     specs = [JobSpec(TENANT_ENQUEUE, f"many-{i:07d}") for i in range(config.jobs)]
-    wal = _wal_position()
-    started = time.perf_counter()
-    store.enqueue_many(specs)
-    many = time.perf_counter() - started, _wal_since(wal)
+    many = measured(lambda: store.enqueue_many(specs))
     delete_tenants([TENANT_ENQUEUE])
     return [("one by one (Store.enqueue)", one_by_one, *single), ("batched (Store.enqueue_many)", config.jobs, *many)]
 
@@ -1033,13 +1033,8 @@ def render(results: Results) -> str:
     if results.tenant_claims:
         out.append(f"CLAIM TIME VS TENANTS: median of {results.claim_count} default claims (no tenant filter) "
                    "right after the jobs were loaded")
-        base = results.tenant_claims[0].claim_ms
-        rows = []
-        for i, case in enumerate(results.tenant_claims):
-            ratio = case.claim_ms / base
-            rows.append([case.label, f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
-                         "" if i == 0 else verdict(ratio <= TARGET_TENANT_CLAIM_RATIO),
-                         f"{case.buffers:,}" if case.buffers is not None else "n/a"])
+        rows = [[case.label, *_claim_cells(case, results.tenant_claims[0], TARGET_TENANT_CLAIM_RATIO)]
+                for case in results.tenant_claims]
         out += table(["", "claim ms", "claim+finish ms", "vs first", f"≤ {TARGET_TENANT_CLAIM_RATIO:g}×",
                       "buffers/claim"], rows)
         out.append("")
@@ -1047,16 +1042,8 @@ def render(results: Results) -> str:
     if results.claims:
         out.append(f"CLAIM TIME VS TABLE SIZE: median of {results.claim_count} default claims of one job on a "
                    "small READY set (then its finish)")
-        base = results.claims[0].claim_ms
-        rows = []
-        for i, case in enumerate(results.claims):
-            ratio = case.claim_ms / base
-            rows.append([
-                case.label, f"{case.other_rows:,}", f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}",
-                f"{ratio:.2f}×", "" if i == 0 else verdict(ratio <= TARGET_CLAIM_RATIO),
-                f"{case.buffers:,}" if case.buffers is not None else "n/a",
-                f"{case.load_seconds:.1f}" if case.load_seconds is not None else "",
-            ])
+        rows = [[case.label, f"{case.other_rows:,}", *_claim_cells(case, results.claims[0], TARGET_CLAIM_RATIO),
+                 _load_text(case)] for case in results.claims]
         out += table(["", "other rows", "claim ms", "claim+finish ms", "vs first",
                       f"≤ {TARGET_CLAIM_RATIO}×", "buffers/claim", "load s"], rows)
         out.append("")
@@ -1066,16 +1053,10 @@ def render(results: Results) -> str:
                    f"finish) from one tenant's READY jobs, with planner statistics taken while many tenants held "
                    f"{BACKLOG_STATS_JOBS} READY jobs each: for any tenant they expect about {BACKLOG_EXPECTED}, fewer "
                    "than a batch")
-        rows = []
-        for case in results.backlog_claims:
-            base = next(c for c in results.backlog_claims if c.batch == case.batch)
-            ratio = case.claim_ms / base.claim_ms
-            rows.append([
-                case.label, f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
-                "" if case is base else verdict(ratio <= TARGET_CLAIM_RATIO),
-                f"{case.buffers:,}" if case.buffers is not None else "n/a",
-                f"{case.load_seconds:.1f}" if case.load_seconds is not None else "",
-            ])
+        # (Each against the shallow claim of as many jobs.)
+        rows = [[case.label, *_claim_cells(case, next(c for c in results.backlog_claims if c.batch == case.batch),
+                                           TARGET_CLAIM_RATIO), _load_text(case)]
+                for case in results.backlog_claims]
         out += table(["", "claim ms", "claim+finish ms", "vs shallow", f"≤ {TARGET_CLAIM_RATIO}×",
                       "buffers/claim", "load s"], rows)
         out.append("")
@@ -1122,6 +1103,20 @@ def _render_cap(throughput: list[Throughput]) -> list[str]:
     return [f"Lease cap {capped[-1].lease_cap} over {CAPPED_TENANTS} tenants: {capped[-1].rate:,.0f} jobs/s against "
             f"{uncapped[-1].rate:,.0f} uncapped, {share:.0%} of it ({verdict(share >= TARGET_CAPPED_SHARE)}: "
             f"within 2×, ≥ {TARGET_CAPPED_SHARE:.0%})"]
+
+
+def _claim_cells(case: ClaimCase, base: ClaimCase, target: float) -> list[str]:
+    """A claim row's figures against its section's `base` case: claim ms,
+    claim+finish ms, the ratio, its verdict (none for the base itself) and
+    the buffers."""
+    ratio = case.claim_ms / base.claim_ms
+    return [f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
+            "" if case is base else verdict(ratio <= target),
+            f"{case.buffers:,}" if case.buffers is not None else "n/a"]
+
+
+def _load_text(case: ClaimCase) -> str:
+    return f"{case.load_seconds:.1f}" if case.load_seconds is not None else ""
 
 
 def _wal_text(per_job: float | None) -> str:
