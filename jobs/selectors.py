@@ -117,7 +117,7 @@ def waits_due(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
 
 def newest_events(job_id: int, *, limit: int) -> list[JobEvent]:
     """The job's newest `limit` history rows, newest first (index
-    `jobevent_job_id`, read backwards). The first is the state a person saw
+    `jobevent_job_id`: the job's rows, sorted). The first is the state a person saw
     on a page: decisions are conditional on its id."""
     return list(JobEvent.objects.filter(job_id=job_id).order_by("-id")[:limit])
 
@@ -153,7 +153,7 @@ DECISION_KINDS = ("approve", "correct", "reject")
 
 def last_decision(job_id: int) -> JobEvent | None:
     """The newest reviewer decision on the job (approve, correct or reject),
-    or None (index `jobevent_job_id`, read backwards)."""
+    or None (index `jobevent_job_id`: the job's rows, sorted)."""
     return JobEvent.objects.filter(job_id=job_id, kind__in=DECISION_KINDS).order_by("-id").first()
 
 

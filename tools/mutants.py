@@ -150,6 +150,13 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/claim.py", "AS t OFFSET 0) AS d)", "AS t) AS d)"),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_asks_once_whether_each_sampled_tenant_is_left_without_ready_work",),
         postgres=True),
+    Mutant("retention-page-scans-from-start", "a retention page reads the index from its key on", (
+        Edit("jobs/retention.py", "rows.filter(Q(finished_at__gte=finished_at) & (Q(finished_at__gt=finished_at) | Q(id__gt=job_id)))",
+             "rows.filter(Q(finished_at__gt=finished_at) | Q(finished_at=finished_at, id__gt=job_id))"),),
+        ("tests/jobs/test_retention.py::test_a_page_after_a_key_reads_the_index_from_that_key_on",), postgres=True),
+    Mutant("retention-page-skips-ties", "a retention page goes on through the ties of its key's instant", (
+        Edit("jobs/retention.py", "(Q(finished_at__gt=finished_at) | Q(id__gt=job_id))", "Q(finished_at__gt=finished_at)"),),
+        ("tests/jobs/test_retention.py::test_jobs_finished_at_one_instant_are_each_visited_once_in_pages_of_one",)),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

@@ -53,11 +53,15 @@ def test_the_business_key_is_unique_in_the_search_row_written_once_per_job():
         assert [(name, unique) for name, unique, _ in cursor.fetchall()] == [("jobsearch_unique_tenant_key", True)]
 
 
-def test_the_history_has_one_index():
+def test_the_history_has_one_index_keyed_by_the_job_alone():
+    """(job, id) made each entry 8 bytes longer and its pages split three
+    times as often under the finishes (migration 0021)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-                       "WHERE i.indrelid = 'jobs_jobevent'::regclass")
-        assert [name for (name,) in cursor.fetchall()] == ["jobevent_job_id"]
+        cursor.execute("SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index AS i "
+                       "JOIN pg_class AS c ON c.oid = i.indexrelid WHERE i.indrelid = 'jobs_jobevent'::regclass")
+        [(name, definition)] = cursor.fetchall()
+    assert name == "jobevent_job_id"
+    assert definition.endswith("USING btree (job_id)")
 
 
 def _pages() -> dict[int, int]:
