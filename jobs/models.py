@@ -215,10 +215,9 @@ class JobEvent(models.Model):
     # (job, id): a shorter entry, and a job's rows merged into one entry
     # when a page fills, so a finish's row, inserted next to its job's
     # creation row in a page the enqueue filled, splits pages a third as
-    # often (migration 0021). On PostgreSQL the table has
-    # no primary key constraint either (migration 0017): ids come from one
-    # sequence, and its index was a second entry to write per event that no
-    # query read.
+    # often (migration 0021). On PostgreSQL the table has no primary key
+    # constraint either (migration 0017): ids come from one sequence, and
+    # its index was a second entry to write per event that no query read.
     # No database constraint and no cascade: on PostgreSQL the table is
     # partitioned by day and a deleted job's history goes with its whole
     # partition (`jobs.partitions`); retention deletes it otherwise

@@ -296,10 +296,10 @@ class _Pages:
     """Keyset pages of job ids in (finished_at, id) order — a range of the
     partial indexes `job_finished_redacted` / `job_finished_unredacted` each
     (`rows_after`) — so kept rows at the front never stall the sweep and no
-    page rescans the ones before it. Several sets of rows (each one index's) are walked one after the
-    other, as one phase. Pages are as large as the run's current batch size
-    and stop when the run says so; `exhausted` tells, once iterated, whether
-    the rows ran out."""
+    page rescans the ones before it. Several sets of rows (each one index's)
+    are walked one after the other, as one phase. Pages are as large as the
+    run's current batch size and stop when the run says so; `exhausted`
+    tells, once iterated, whether the rows ran out."""
 
     def __init__(self, run: _Run, phase: str, *row_sets):
         self.run, self.phase, self.row_sets = run, phase, row_sets
