@@ -161,6 +161,11 @@ class Throughput:
     tenants: int = 1
     batch: int = 1
     lease_cap: int = 0  # JOBS_TENANT_LEASE_CAP of its workers (0: uncapped)
+    # Per run (None where it cannot be read): CPU seconds of the clients (our
+    # worker processes; the raw loop's processes) and of the rest of the host
+    # (the database server when it runs here, and whatever else ran).
+    cpu: list[tuple[float, float] | None] = field(default_factory=list)
+    ref_cpu: list[tuple[float, float] | None] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -191,6 +196,14 @@ class Throughput:
     def wal_per_job(self, runs) -> float | None:
         walled = [wal for _, wal in runs if wal is not None]
         return statistics.median(walled) / self.jobs if walled else None
+
+    def cpu_ms_per_job(self, cpu) -> tuple[float, float] | None:
+        """Median (clients, rest of the host) CPU milliseconds per job."""
+        read = [c for c in cpu if c is not None]
+        if not read:
+            return None
+        return (statistics.median(c for c, _ in read) * 1000 / self.jobs,
+                statistics.median(r for _, r in read) * 1000 / self.jobs)
 
 
 @dataclass
@@ -509,9 +522,9 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
     run with the same number of processes (and the same batch size)."""
     postgres = connection.vendor == "postgresql"
     # With one pair per row, a reference run serves every row of its size.
-    references: dict[tuple[int, int, int], tuple[float, int | None]] = {}
+    references: dict[tuple[int, int, int], tuple[float, int | None, tuple[float, float] | None]] = {}
 
-    def reference(jobs: int, processes: int, batch: int) -> tuple[float, int | None]:
+    def reference(jobs: int, processes: int, batch: int) -> tuple[float, int | None, tuple[float, float] | None]:
         if config.repeat > 1 or (jobs, processes, batch) not in references:
             progress(f"end to end: {jobs} jobs through {processes} reference loop process(es), claim {batch}")
             references[(jobs, processes, batch)] = _throughput_reference(jobs, processes, batch=batch)
@@ -521,11 +534,14 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
         measured = Throughput(processes, jobs, runs=[], tenants=tenants, batch=batch, lease_cap=cap)
         for i in range(config.repeat):
             progress(f"end to end: {label}" + (f" (pair {i + 1} of {config.repeat})" if config.repeat > 1 else ""))
-            seconds, wal, measured.claimed_by = _throughput_ours(jobs, processes, results, tenants=tenants,
-                                                                 batch=batch, cap=cap)
+            seconds, wal, measured.claimed_by, cpu = _throughput_ours(jobs, processes, results, tenants=tenants,
+                                                                      batch=batch, cap=cap)
             measured.runs.append((seconds, wal))
+            measured.cpu.append(cpu)
             if postgres:
-                measured.ref_runs.append(reference(jobs, processes, batch))
+                ref_seconds, ref_wal, ref_cpu = reference(jobs, processes, batch)
+                measured.ref_runs.append((ref_seconds, ref_wal))
+                measured.ref_cpu.append(ref_cpu)
         results.throughput.append(measured)
 
     for n in config.processes:
@@ -552,8 +568,9 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
 
 
 def _throughput_ours(jobs: int, processes: int, results: Results, *, tenants: int = 1,
-                     batch: int = 1, cap: int = 0) -> tuple[float, int | None, list[int]]:
-    """(seconds, WAL bytes written meanwhile, jobs each worker claimed)."""
+                     batch: int = 1, cap: int = 0) -> tuple[float, int | None, list[int], tuple[float, float] | None]:
+    """(seconds, WAL bytes written meanwhile, jobs each worker claimed, CPU
+    seconds of the workers and of the rest of the host meanwhile)."""
     names = [TENANT_E2E] if tenants == 1 else MANY_TENANTS[:tenants]
     delete_tenants(names)
     _vacuum()
@@ -567,14 +584,45 @@ def _throughput_ours(jobs: int, processes: int, results: Results, *, tenants: in
             Store().enqueue_many(specs)
         started = db_now()
         wal_before = _wal_position()
+        cpu_before = _cpu_now([proc.pid for proc in fleet.procs])
         _wait_done(jobs, fleet)
+        cpu = _cpu_since(cpu_before, _cpu_now([proc.pid for proc in fleet.procs]))
         wal = _wal_since(wal_before)
         finished = _last_finish()
         results.rss_mib.setdefault("end to end", []).extend(fleet.peak_rss_mib())
         claimed_by = fleet.claimed()
     seconds = max((_as_aware(finished) - started).total_seconds(), 1e-6)
     delete_tenants(names)
-    return seconds, wal, claimed_by
+    return seconds, wal, claimed_by, cpu
+
+
+def _cpu_now(pids: list[int]) -> tuple[float, float] | None:
+    """(CPU seconds the processes `pids` have used, CPU seconds the whole
+    host has been busy), from /proc — None where there is none (not Linux)
+    or a process is gone."""
+    try:
+        with open("/proc/stat") as stat:
+            # user nice system idle iowait irq softirq steal …: busy is all but idle and iowait.
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        clients = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                # After the command's closing parenthesis: utime and stime
+                # are the 12th and 13th fields (all threads of the process).
+                fields = stat.read().rsplit(")", 1)[1].split()
+            clients += int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+    per_second = os.sysconf("SC_CLK_TCK")
+    return clients / per_second, (sum(ticks) - ticks[3] - ticks[4]) / per_second
+
+
+def _cpu_since(before: tuple[float, float] | None, after: tuple[float, float] | None) -> tuple[float, float] | None:
+    """(clients' CPU seconds, the rest of the host's) between two `_cpu_now`."""
+    if before is None or after is None:
+        return None
+    clients = after[0] - before[0]
+    return clients, max(0.0, after[1] - before[1] - clients)
 
 
 def _wal_position() -> str | None:
@@ -675,6 +723,7 @@ def _reference_loop(params: dict, worker_id: str, ready, go, report, batch: int 
         conn = psycopg.connect(**params)  # not autocommit: each statement opens a transaction
         ready.put(worker_id)
         go.wait()
+        cpu_started = time.process_time()
         done = 0
         while batch == 1:
             row = conn.execute(_REFERENCE_CLAIM, (worker_id,)).fetchone()
@@ -693,14 +742,16 @@ def _reference_loop(params: dict, worker_id: str, ready, go, report, batch: int 
             conn.commit()
             done += len(rows)
         conn.close()
-        report.put(("ok", done))
+        report.put(("ok", (done, time.process_time() - cpu_started)))
     except BaseException as exc:  # noqa: BLE001 - the parent reports any failure
         ready.put(worker_id)
         report.put(("error", repr(exc)))
 
 
-def _throughput_reference(jobs: int, processes: int, *, batch: int = 1) -> tuple[float, int]:
-    """(seconds, WAL bytes written meanwhile)."""
+def _throughput_reference(jobs: int, processes: int, *,
+                          batch: int = 1) -> tuple[float, int | None, tuple[float, float] | None]:
+    """(seconds, WAL bytes written meanwhile, CPU seconds of the loop's
+    processes and of the rest of the host meanwhile)."""
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {REFERENCE_TABLE}")
         for ddl in _REFERENCE_DDL:
@@ -722,8 +773,10 @@ def _throughput_reference(jobs: int, processes: int, *, batch: int = 1) -> tuple
             ready.get(timeout=60)
         started = db_now()
         wal_before = _wal_position()
+        host_before = _cpu_now([])
         go.set()
         outcomes = [report.get(timeout=120 + jobs / 20) for _ in procs]
+        host_after = _cpu_now([])
         wal = _wal_since(wal_before)
     finally:
         for proc in procs:
@@ -739,7 +792,10 @@ def _throughput_reference(jobs: int, processes: int, *, batch: int = 1) -> tuple
         cursor.execute(f"DROP TABLE {REFERENCE_TABLE}")
     if done != jobs:
         raise BenchError(f"reference loop finished {done} of {jobs} jobs")
-    return max((finished - started).total_seconds(), 1e-6), wal
+    # (Each process timed its own CPU, from the start signal to its end.)
+    clients = sum(cpu for _, (_, cpu) in outcomes)
+    cpu = _cpu_since((0.0, host_before[1]), (clients, host_after[1])) if host_before and host_after else None
+    return max((finished - started).total_seconds(), 1e-6), wal, cpu
 
 
 # ---------------------------------------------------------------- latency
@@ -1009,10 +1065,12 @@ def render(results: Results) -> str:
                 if ratio else "n/a",
                 target,
                 _wal_text(t.wal_per_job(t.runs)) + " / " + _wal_text(t.wal_per_job(t.ref_runs)),
+                _cpu_text(t.cpu_ms_per_job(t.cpu)) + " / " + _cpu_text(t.cpu_ms_per_job(t.ref_cpu)),
                 "/".join(map(str, t.claimed_by)),
             ])
         out += table(["", "ours jobs/s", "s", "reference jobs/s", "s", "ours/ref",
-                      f"≥ {TARGET_REFERENCE_SHARE:.0%}", "WAL B/job ours/ref", "jobs per worker"], rows)
+                      f"≥ {TARGET_REFERENCE_SHARE:.0%}", "WAL B/job ours/ref", "CPU ms/job ours/ref",
+                      "jobs per worker"], rows)
         out += _render_cap(results.throughput)
         out.append("")
 
@@ -1090,6 +1148,12 @@ def render(results: Results) -> str:
                    "search row, written once at enqueue) and serves the least-loaded tenant first. "
                    "WAL B/job: PostgreSQL's WAL bytes written "
                    "during the run per job, by everyone (median of the runs).")
+    if results.throughput:
+        out.append("CPU ms/job: CPU time per job during the run (median of the runs) of the clients (ours: "
+                   "the run_worker processes, all their threads; the reference: its loop processes) + the rest "
+                   "of the host (the database server when it runs on this host, and anything else that ran), "
+                   "from /proc (n/a elsewhere). On a host with fewer CPUs than processes, the row's rate "
+                   "follows the sum.")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -1121,3 +1185,8 @@ def _load_text(case: ClaimCase) -> str:
 
 def _wal_text(per_job: float | None) -> str:
     return f"{per_job:,.0f}" if per_job is not None else "n/a"
+
+
+def _cpu_text(per_job: tuple[float, float] | None) -> str:
+    """Clients' CPU ms per job + the rest of the host's."""
+    return f"{per_job[0]:.2f}+{per_job[1]:.2f}" if per_job is not None else "n/a"

@@ -44,12 +44,15 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
     assert re.search(r"Lease cap 2 over 10 tenants: [\d,]+ jobs/s against [\d,]+ uncapped", out), out
     if connection.vendor == "postgresql":
         assert "NOTIFY (workers poll every 1 s)" in out
-        # WAL bytes per job, ours / the raw loop's: both measured.
-        assert re.search(r"  1 process .* [\d,]+ / [\d,]+ ", out), out
+        # WAL bytes per job, ours / the raw loop's: both measured; and the
+        # CPU per job of each side's clients and of the rest of the host.
+        assert re.search(r"  1 process .* [\d,]+ / [\d,]+ +\d+\.\d\d\+\d+\.\d\d / \d+\.\d\d\+\d+\.\d\d ", out), out
         # And what each enqueue wrote, before any worker saw the job.
         assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +[\d,]+\n", out), out
     else:
         assert "n/a" in out  # no reference loop on SQLite
+        # Our workers' CPU is read all the same.
+        assert re.search(r"  1 process .* n/a +\d+\.\d\d\+\d+\.\d\d / n/a ", out), out
         assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +n/a\n", out), out
 
     assert not Job.objects.filter(tenant__in=BENCH_TENANTS).exists()
@@ -76,6 +79,38 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
     assert "3 pairs of runs per row" in out
     line = next(line for line in out.splitlines() if line.startswith("  4 processes"))
     assert "50% (50%–100%)" in line and "2,000 / 600" in line and "MISS" in line
+    # No CPU figures read: n/a on both sides.
+    assert "n/a / n/a" in line
+
+
+def test_cpu_per_job_is_the_median_of_the_runs_for_the_clients_and_the_rest_of_the_host():
+    row = Throughput(4, 1000, runs=[(1.0, None)] * 3, ref_runs=[(1.0, None)] * 3,
+                     cpu=[(0.9, 0.8), (1.1, 0.7), None], ref_cpu=[(0.5, 0.75), (0.6, 0.8), (0.55, 0.7)])
+    assert row.cpu_ms_per_job(row.cpu) == pytest.approx((1.0, 0.75))
+    assert row.cpu_ms_per_job(row.ref_cpu) == pytest.approx((0.55, 0.75))
+    line = next(line for line in render(Results(throughput=[row])).splitlines() if line.startswith("  4 processes"))
+    assert "1.00+0.75 / 0.55+0.75" in line
+
+
+def test_cpu_is_read_from_proc_for_processes_and_the_host():
+    """The clients' CPU is their own processes'; the rest is the host's busy
+    time less theirs, never below nothing."""
+    import os
+    import time as _time
+
+    from proving.bench import _cpu_now, _cpu_since
+
+    before = _cpu_now([os.getpid()])
+    if before is None:
+        pytest.skip("no /proc on this system")
+    spin_until = _time.process_time() + 0.2
+    while _time.process_time() < spin_until:
+        pass
+    after = _cpu_now([os.getpid()])
+    clients, rest = _cpu_since(before, after)
+    assert clients >= 0.15 and rest >= 0.0
+    assert _cpu_now([2 ** 22 + 7]) is None  # a process that does not exist
+    assert _cpu_since(None, after) is None
 
 
 def test_the_capped_row_is_compared_with_the_uncapped_one_over_the_same_tenants():
