@@ -207,6 +207,15 @@ elif _postgres and _prepared is not False:
     # a transaction-mode pooler: set DATABASE_POOL_MODE=transaction there
     # (a worker that finds itself behind one refuses to run).
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 2})
+# PostgreSQL's JIT compiles a plan whose estimated cost passes
+# jit_above_cost before running it: 100-180 ms of CPU for a claim that is a
+# millisecond's work, whose plan's estimate passes that mark under
+# statistics an ANALYZE took while the queue was busy. Directly (or through a
+# session-mode pooler) each connection of the application turns it off when
+# it opens (`jobs.pooling.on_connection_created`); DATABASE_JIT=1 keeps the
+# server's setting. Behind a transaction-mode pooler a session setting would
+# reach other clients: set jit = off on the role or database there.
+DATABASE_JIT = env.bool("DATABASE_JIT", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers
     # never both read a job as eligible; WAL lets readers proceed meanwhile.

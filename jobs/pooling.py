@@ -36,6 +36,18 @@ ADVICE = ("set DATABASE_POOL_MODE=transaction (no prepared statements, no sessio
           "DATABASE_LISTEN_URL to a direct connection for wake-ups, or connect directly")
 
 
+def on_connection_created(sender, connection, **kwargs) -> None:
+    """A new PostgreSQL connection of the application runs without JIT
+    (`DATABASE_JIT`, settings): compiling the claim cost 100-180 ms of CPU
+    each time an ANALYZE of a busy queue raised its estimate past
+    jit_above_cost. Session state, so only where a session is the
+    application's own: directly or through a session-mode pooler."""
+    if (connection.vendor == "postgresql" and getattr(settings, "DATABASE_POOL_MODE", "direct") == "direct"
+            and not getattr(settings, "DATABASE_JIT", False)):
+        with connection.cursor() as cursor:
+            cursor.execute("SET jit = off")
+
+
 def transaction_pooler_seen(alias: str = "default") -> str | None:
     """Why the database at `alias` is behind a transaction-mode pooler, or
     None when nothing shows it (see the module). PostgreSQL only."""

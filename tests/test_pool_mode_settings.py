@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PG = "postgres://postgres@127.0.0.1:5432/durable_pool_settings"
 SHOW = ("from django.conf import settings; import json; d = settings.DATABASES['default']; "
-        "print(json.dumps({'options': d.get('OPTIONS', {}), 'no_cursors': d.get('DISABLE_SERVER_SIDE_CURSORS'), "
+        "print(json.dumps({'jit': settings.DATABASE_JIT, 'options': d.get('OPTIONS', {}), 'no_cursors': d.get('DISABLE_SERVER_SIDE_CURSORS'), "
         "'mode': settings.DATABASE_POOL_MODE, 'listen': settings.DATABASE_LISTEN_URL}))")
 
 
@@ -45,6 +45,10 @@ def test_direct_mode_keeps_prepared_statements():
     assert seen["mode"] == "direct"
     assert seen["options"]["prepare_threshold"] == 2 and seen["options"]["server_side_binding"] is True
     assert not seen["no_cursors"]
+    # The connections turn JIT off as they open (jobs.pooling); options
+    # given in DATABASE_URL are left as they are.
+    assert seen["jit"] is False and "options" not in seen["options"]
+    assert settings_with(DATABASE_URL=PG, DATABASE_JIT="1")["jit"] is True
 
 
 @pytest.mark.parametrize("env, refusal", [

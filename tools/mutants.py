@@ -157,6 +157,9 @@ MUTANTS: list[Mutant] = [
     Mutant("retention-page-skips-ties", "a retention page goes on through the ties of its key's instant", (
         Edit("jobs/retention.py", "(Q(finished_at__gt=finished_at) | Q(id__gt=job_id))", "Q(finished_at__gt=finished_at)"),),
         ("tests/jobs/test_retention.py::test_jobs_finished_at_one_instant_are_each_visited_once_in_pages_of_one",)),
+    Mutant("jit-left-on", "the application's connections run without PostgreSQL's JIT", (
+        Edit("jobs/pooling.py", 'cursor.execute("SET jit = off")', 'cursor.execute("SELECT 1")'),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_claim_estimated_dear_is_not_jit_compiled",), postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

@@ -712,3 +712,53 @@ def test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_t
             if node.get("Index Name") == "job_claim_tenant" or node["Node Type"] == "Sort"]
     assert read and all(rows <= 2 * limit for _, rows in read), read
     assert Job.objects.filter(state="LEASED").count() == limit  # (the explained statement was rolled back)
+
+
+def test_a_claim_estimated_dear_is_not_jit_compiled():
+    """Under statistics an ANALYZE took while the queue was busy, the fair
+    claim's generic plan was estimated above jit_above_cost (127,456 against
+    100,000), and PostgreSQL JIT-compiled its 114 expressions before
+    running it: 100-180 ms of CPU for a millisecond's claim (README, issue
+    24). The application's connections run without JIT (settings,
+    DATABASE_JIT), so even a claim estimated above any mark runs as planned."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # (pg_jit_available() is false while jit is off: asked with it on.)
+        cursor.execute("SET LOCAL jit = on")
+        cursor.execute("SELECT pg_jit_available()")
+        if not cursor.fetchone()[0]:
+            pytest.skip("this PostgreSQL has no JIT to leave off")
+        transaction.set_rollback(True)
+    store = Store()
+    store.enqueue_many(JobSpec(f"t{i}", f"k{i}") for i in range(4))
+    job = store.claim_next("w")
+    sql, params = claim_sql._statement(claim_sql._FAIR_PG, "w", Clock(None), 30, None, None, 1,
+                                       finish=_finishes([(job, None)]))
+    with transaction.atomic(), connection.cursor() as cursor:
+        # (Every plan passes these marks: a connection with JIT on compiles it.)
+        cursor.execute("SET LOCAL jit_above_cost = 0")
+        cursor.execute("SET LOCAL jit_inline_above_cost = -1")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    assert plan[0]["Plan"]["Node Type"] and "JIT" not in plan[0], plan[0].get("JIT")
+
+
+@pytest.mark.parametrize("overrides, jit", [
+    ({}, "off"),
+    ({"DATABASE_JIT": True}, "on"),
+    # (A session setting behind a transaction-mode pooler would reach
+    # other clients' transactions: left to the role or database.)
+    ({"DATABASE_POOL_MODE": "transaction"}, "on"),
+])
+def test_a_new_connection_turns_jit_off_where_its_session_is_its_own(overrides, jit):
+    fresh = connections.create_connection("default")
+    try:
+        with override_settings(**overrides), fresh.cursor() as cursor:
+            # (What the session started with: the server's setting, on by default.)
+            cursor.execute("SELECT reset_val FROM pg_settings WHERE name = 'jit'")
+            server = cursor.fetchone()[0]
+            cursor.execute("SHOW jit")
+            assert cursor.fetchone()[0] == (jit if jit == "off" else server)
+    finally:
+        fresh.close()
