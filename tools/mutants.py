@@ -160,6 +160,15 @@ MUTANTS: list[Mutant] = [
     Mutant("jit-left-on", "the application's connections run without PostgreSQL's JIT", (
         Edit("jobs/pooling.py", 'cursor.execute("SET jit = off")', 'cursor.execute("SELECT 1")'),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_estimated_dear_is_not_jit_compiled",), postgres=True),
+    Mutant("claim-slot-planned", "the sample's random point is a value no claim plan is made for", (
+        Edit("jobs/claim.py", '_SLOT = "(SELECT %(slot)s::float8)"', '_SLOT = "%(slot)s"'),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_connection_keeps_one_plan_of_the_fair_claim_whatever_random_points_it_draws",),
+        postgres=True),
+    Mutant("prune-replanned", "the sample pruner keeps its generic plans", (
+        Edit("jobs/migrations/0023_prune_planned_once.py", 'SET plan_cache_mode = force_generic_plan"',
+             'RESET plan_cache_mode"'),),
+        ("tests/jobs/test_claim_scale_pg.py::test_the_pruner_plans_its_statements_once_not_on_every_call",),
+        postgres=True),
     Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
         Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
         ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),

@@ -307,6 +307,34 @@ def test_a_tenant_left_without_ready_work_is_pruned_but_one_with_work_stays(stor
     assert _sampled() == {"b"}
 
 
+def test_the_pruner_plans_its_statements_once_not_on_every_call(store):
+    """The pruner's statements name tenants by an array; planned for each
+    call's own values, the custom plan always looked cheaper than the
+    generic one, and every call (one per two jobs with many small tenants)
+    was planned anew (migration 0023). PostgreSQL's auto_explain shows the
+    plan each statement ran with: a kept plan reads the array as a
+    parameter, a plan made for the call has it written in."""
+    store.enqueue_many(JobSpec(t, "k") for t in ("a", "b"))
+    plans: list[str] = []
+    connection.ensure_connection()
+    handler = lambda diagnostic: plans.append(diagnostic.message_primary or "")  # noqa: E731
+    connection.connection.add_notice_handler(handler)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("LOAD 'auto_explain'")
+            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                            "auto_explain.log_level = notice", "client_min_messages = notice"):
+                cursor.execute(f"SET LOCAL {setting}")
+            for names in (["a", "gone"], ["b"], ["a"]):  # (tenants with work: nothing is deleted)
+                cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [names])
+    finally:
+        connection.connection.remove_notice_handler(handler)
+    inner = [plan for plan in plans if "jobs_readytenant_prune(" not in plan.split("\n", 2)[1]]
+    assert len(inner) == 6, plans  # the lock and the delete, three calls
+    assert all(re.search(r"ANY \(\(\$\d+\)", plan) and "ANY ('{" not in plan for plan in inner), "\n\n".join(inner)
+    assert _sampled() == {"a", "b"}
+
+
 def test_a_claim_whose_sample_was_all_drained_samples_again_instead_of_walking_the_whole_claim_index(
         store, monkeypatch):
     """Many tenants with a job or two: a sample can be all tenants whose
@@ -555,6 +583,33 @@ def test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_e
 
 _PRUNE_DELETE = re.search(r"DELETE FROM jobs_readytenant .*?IS NULL", import_module(
     "jobs.migrations.0013_readytenant_prune_function").CREATE, re.S).group(0).replace("ANY(locked)", "ANY(%(tenants)s)")
+
+
+@pytest.mark.parametrize("cap", [0, 2])
+def test_a_connection_keeps_one_plan_of_the_fair_claim_whatever_random_points_it_draws(monkeypatch, cap):
+    """PostgreSQL keeps a prepared statement's generic plan only if it looks
+    no dearer than the custom plans of its first five runs. The sample's
+    random point, a parameter, made a custom plan look the cheaper the lower
+    the point: a connection whose first five drew low planned every claim
+    anew (0.8 ms each, more than the claim). Low points every time here: the
+    statement that samples tenants is still run with the one kept plan."""
+    store = Store()
+    store.enqueue_many(JobSpec(f"t{i % 300:03d}", f"k{i:04d}") for i in range(600))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+        cursor.execute("ANALYZE jobs_readytenant")
+    monkeypatch.setattr(claim_sql.chance.rng, "random", lambda: 0.02)
+    claim_sql._last_seen.one_tenant = False
+    with override_settings(JOBS_TENANT_LEASE_CAP=cap):
+        jobs, lost = store.claim_batch("w", limit=1), []
+        for n in range(14):
+            jobs, lost = store.finish_and_claim("w", [(job, {"n": n}) for job in jobs], limit=1)
+            assert len(jobs) == 1 and lost == []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                       "WHERE statement LIKE '%%jobs_readytenant WHERE slot >=%%'")
+        runs = cursor.fetchall()
+    assert runs and all(generic >= 5 and custom <= 5 for generic, custom in runs), runs
 
 
 def test_a_worker_finishing_and_claiming_thousands_of_jobs_keeps_a_flat_plan():
