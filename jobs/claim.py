@@ -247,7 +247,7 @@ _NO_READY = ("(SELECT r.id FROM jobs_job AS r WHERE r.tenant = {tenant} AND r.st
 
 # The sample: SAMPLE_TENANTS tenants after a random point of the slot order
 # (wrapping around to the start), plus the NEWEST_TENANTS.
-# The random point is a subquery ({slot}), a value no plan is made for: as a
+# The random point is a subquery (_SLOT), a value no plan is made for: as a
 # parameter, each of a connection's first five plans (custom ones) was
 # estimated from the point it drew — a low one made the wrap-around part
 # look cheap — and a connection whose five drew low kept planning every
@@ -265,7 +265,7 @@ _TENANTS_SAMPLED = """
         UNION
         (SELECT tenant FROM jobs_readytenant WHERE added > now() - make_interval(secs => %(fresh)s)
          ORDER BY added DESC LIMIT {newest})
-    ),"""
+    ),""".replace("{slot}", _SLOT)
 
 # A worker restricted to some tenants (`--tenant`), or a capped claim for
 # the tenants it locked, already knows them: one bound value each, so the
@@ -434,7 +434,7 @@ _CAP_TENANTS_ALL_PG = """
     ) AS t
     WHERE ({leased}) {finishing_load} < %(cap)s AND {has_eligible}
     LIMIT {sample}
-"""
+""".replace("{slot}", _SLOT)
 
 # SQLite sorts NULLs first on its own (and has no NULLS FIRST in indexes).
 _SQLITE = """
@@ -706,8 +706,7 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         template = _FAIR_ONE_PG
     return _compact(template.format(
         returning=returning,
-        tenants=tenants_cte.format(slot=_SLOT, **sizes),
-        slot=_SLOT,
+        tenants=tenants_cte.format(**sizes),
         set_leased=_SET_LEASED.format(now=now, until=until),
         eligible=ELIGIBLE_SQL.format(now=now),
         tenant_filter=tenant_filter,
