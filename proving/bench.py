@@ -225,6 +225,10 @@ class ClaimCase:
     buffers: int | None = None
     load_seconds: float | None = None
     batch: int = 1  # jobs per claim
+    # Sorted ratios of this case's claim time to its section's first case's,
+    # one per round where the cases ran in turns (empty: one round, the
+    # ratio is of the two medians).
+    ratios: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -893,12 +897,27 @@ def _claim_vs_size(config: BenchConfig, progress: Callable[[str], None]) -> list
 def _claim_vs_tenants(config: BenchConfig) -> list[ClaimCase]:
     """The default claim with one tenant holding READY work, then with
     `claim_tenants` tenants holding it (one job each), both right after the
-    jobs were loaded."""
+    jobs were loaded. With `--repeat`, the two cases run in turns, that many
+    rounds (the order swapped each round): this host's speed drifts within
+    minutes, two cases a few seconds apart much less, so each round's ratio
+    is its own and the row shows their median and range."""
     many = MANY_TENANTS[:config.claim_tenants]
-    return [
-        ClaimCase("1 tenant with READY work", 1, *_claim_times("one", config.claims)),
-        ClaimCase(f"{len(many):,} tenants with READY work", len(many), *_claim_times("many", config.claims, many)),
-    ]
+    cases = {"one": None, "many": many}
+    rounds: dict[str, list[tuple[float, float, int | None]]] = {name: [] for name in cases}
+    for i in range(config.repeat):
+        for name in (cases if i % 2 == 0 else reversed(cases)):
+            rounds[name].append(_claim_times(name, config.claims, cases[name]))
+    one, spread = _median_case(rounds["one"]), _median_case(rounds["many"])
+    ratios = sorted(m[0] / o[0] for o, m in zip(rounds["one"], rounds["many"])) if config.repeat > 1 else []
+    return [ClaimCase("1 tenant with READY work", 1, *one),
+            ClaimCase(f"{len(many):,} tenants with READY work", len(many), *spread, ratios=ratios)]
+
+
+def _median_case(timings: list[tuple[float, float, int | None]]) -> tuple[float, float, int | None]:
+    """Rounds of (claim ms, claim+finish ms, buffers) as one: each figure's median."""
+    buffers = [b for _, _, b in timings if b is not None]
+    return (statistics.median(c for c, _, _ in timings), statistics.median(t for _, t, _ in timings),
+            int(statistics.median(buffers)) if buffers else None)
 
 
 def _claim_times(case: str, claims: int, tenants: list[str] | None = None) -> tuple[float, float, int | None]:
@@ -906,9 +925,15 @@ def _claim_times(case: str, claims: int, tenants: list[str] | None = None) -> tu
     `claims` claims (after a few warm-up claims) on a small READY set — the
     default claim, as run_worker takes it (no tenant filter; only the bench's
     action); and (PostgreSQL) the median buffers one claim statement touches.
-    With `tenants`, every one of them holds a job."""
+    With `tenants`, every one of them holds a job. It starts, like an
+    end-to-end row, after a plain VACUUM: the case run just before it (ten
+    thousand tenants in and out of jobs_readytenant) must not leave this one
+    its dead rows — the one-tenant claim asks that table whether one tenant
+    alone has work, and read 167 pages of dead rows on each claim, 186
+    buffers instead of 17, until autovacuum came."""
     tenants = tenants or [TENANT_CLAIM]
     warmup = min(20, claims)
+    _vacuum()
     Store().enqueue_many(JobSpec(tenants[i % len(tenants)], f"claim-{case}-{i:06d}", action=BENCH_ACTION)
                          for i in range(max(warmup + claims, len(tenants))))
     timings = _time_claims(claims, warmup)
@@ -1089,8 +1114,11 @@ def render(results: Results) -> str:
         out.append("")
 
     if results.tenant_claims:
+        rounds = len(results.tenant_claims[-1].ratios)
         out.append(f"CLAIM TIME VS TENANTS: median of {results.claim_count} default claims (no tenant filter) "
-                   "right after the jobs were loaded")
+                   "right after the jobs were loaded"
+                   + (f"; {rounds} rounds in turns, each case's median of theirs, and the median (range) of "
+                      "the rounds' ratios" if rounds > 1 else ""))
         rows = [[case.label, *_claim_cells(case, results.tenant_claims[0], TARGET_TENANT_CLAIM_RATIO)]
                 for case in results.tenant_claims]
         out += table(["", "claim ms", "claim+finish ms", "vs first", f"≤ {TARGET_TENANT_CLAIM_RATIO:g}×",
@@ -1173,8 +1201,9 @@ def _claim_cells(case: ClaimCase, base: ClaimCase, target: float) -> list[str]:
     """A claim row's figures against its section's `base` case: claim ms,
     claim+finish ms, the ratio, its verdict (none for the base itself) and
     the buffers."""
-    ratio = case.claim_ms / base.claim_ms
-    return [f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×",
+    ratio = statistics.median(case.ratios) if case.ratios else case.claim_ms / base.claim_ms
+    spread = f" ({case.ratios[0]:.2f}–{case.ratios[-1]:.2f}×)" if len(case.ratios) > 1 else ""
+    return [f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×{spread}",
             "" if case is base else verdict(ratio <= target),
             f"{case.buffers:,}" if case.buffers is not None else "n/a"]
 

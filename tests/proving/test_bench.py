@@ -123,6 +123,44 @@ def test_the_capped_row_is_compared_with_the_uncapped_one_over_the_same_tenants(
                                                                       lease_cap=2)]))
 
 
+def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_range_of_the_rounds_ratios():
+    """`--repeat 3`: one tenant and many tenants run in turns, the order
+    swapped each round; each round's ratio is its own (a slow round slows
+    both of its cases), and the row shows their median and range."""
+    from unittest import mock
+
+    from proving import bench
+
+    calls = []
+    timings = iter([(1.0, 2.0, 40), (1.9, 2.5, 44),   # round 1: one, many (1.9×)
+                    (6.0, 7.0, 43), (4.0, 5.0, 40),   # round 2 (a slow one): many, one (1.5×)
+                    (0.5, 1.0, 40), (0.6, 1.2, 42)])  # round 3: one, many (1.2×)
+
+    def claim_times(case, claims, tenants=None):
+        calls.append((case, len(tenants) if tenants else 1))
+        return next(timings)
+
+    with mock.patch.object(bench, "_claim_times", claim_times):
+        cases = bench._claim_vs_tenants(bench.BenchConfig(claims=5, claim_tenants=10, repeat=3))
+    assert calls == [("one", 1), ("many", 10), ("many", 10), ("one", 1), ("one", 1), ("many", 10)]
+    one, many = cases
+    assert (one.claim_ms, one.claim_finish_ms, one.buffers) == (1.0, 2.0, 40)
+    assert (many.claim_ms, many.claim_finish_ms, many.buffers) == (1.9, 2.5, 43)
+    assert many.ratios == [1.2, 1.5, 1.9]
+    out = render(Results(tenant_claims=cases, claim_count=5))
+    assert "3 rounds in turns" in out
+    line = next(line for line in out.splitlines() if line.startswith("  10 tenants with READY work"))
+    # The median of the rounds' ratios (1.5×), not the ratio of the medians (1.9 / 1.0).
+    assert "1.50× (1.20–1.90×)" in line and "ok" in line
+    # One round: the ratio of the two medians, no range.
+    with mock.patch.object(bench, "_claim_times", lambda case, claims, tenants=None: (
+            (1.0, 2.0, 40) if tenants is None else (2.5, 3.0, 41))):
+        single = bench._claim_vs_tenants(bench.BenchConfig(claims=5, claim_tenants=10))
+    line = next(line for line in render(Results(tenant_claims=single, claim_count=5)).splitlines()
+                if line.startswith("  10 tenants with READY work"))
+    assert "2.50×" in line and "–" not in line and "MISS" in line
+
+
 @pytest.mark.django_db
 def test_repeat_must_be_at_least_one():
     from django.core.management import CommandError, call_command

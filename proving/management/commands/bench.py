@@ -25,7 +25,7 @@ class Command(BaseCommand):
         "tenants, then with run_worker --batch 10 and 100 next to the raw loop claiming as many at once, "
         "then over 10 tenants uncapped and with JOBS_TENANT_LEASE_CAP=--lease-cap; "
         "insert→start latency p50/p95/p99 with NOTIFY and with polling only; claim time with one tenant "
-        "vs --claim-tenants tenants holding READY work; claim time of 1 and 100 jobs from one tenant's READY "
+        "vs --claim-tenants tenants holding READY work (with --repeat N, N rounds of the two in turns); claim time of 1 and 100 jobs from one tenant's READY "
         "backlog, shallow then --backlog deep, under planner statistics taken while many tenants held a "
         "few READY jobs each (VACUUM (ANALYZE) of jobs_job, run again after); claim time with the table "
         "as found vs +--rows DONE vs +--rows WAITING_EXTERNAL rows; peak RSS per worker process; the admin's "
@@ -83,7 +83,8 @@ class Command(BaseCommand):
                             help="Pairs of runs (ours, then the raw loop) per end-to-end row, side by side "
                                  "(default 1). The rows then give the median rates and the median and range of "
                                  "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
-                                 "steadier than one run's.")
+                                 "steadier than one run's. The claim time vs tenants runs that many rounds of its "
+                                 "two cases in turns, likewise.")
         parser.add_argument("--lease-cap", type=whole_flag(0, 1000), default=2,
                             help="JOBS_TENANT_LEASE_CAP for the capped row: the same no-op jobs over 10 tenants, "
                                  "uncapped then capped, each beside the raw loop, and the capped/uncapped share "
