@@ -161,6 +161,36 @@ def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_
     assert "2.50×" in line and "–" not in line and "MISS" in line
 
 
+@pytest.mark.postgres
+def test_each_claim_time_case_starts_without_the_dead_rows_the_case_before_left():
+    """Two thousand tenants in and out of the sample table leave it pages of
+    dead rows, and the one-tenant claim's check reads that table whole: the
+    one-tenant case run after them must start on the table a VACUUM left
+    (its own tenant's page), not on the many-tenant case's leftovers."""
+    from unittest import mock
+
+    from proving import bench
+
+    seen = []
+    time_claims = bench._time_claims
+
+    def measured(claims, warmup, batch=1):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), pg_relation_size('jobs_readytenant') / current_setting('block_size')::int "
+                           "FROM jobs_readytenant")
+            seen.append(cursor.fetchone())
+        return time_claims(claims, warmup, batch)
+
+    try:
+        with mock.patch.object(bench, "_time_claims", measured):
+            bench._claim_vs_tenants(bench.BenchConfig(claims=3, claim_tenants=2000, repeat=2))
+    finally:
+        bench.bench_cleanup()
+    # Round 1: one, then many; round 2: many, then one — right after the many.
+    assert [tenants for tenants, _ in seen] == [1, 2000, 2000, 1]
+    assert [pages for _, pages in seen][-1] == 1, seen
+
+
 @pytest.mark.django_db
 def test_repeat_must_be_at_least_one():
     from django.core.management import CommandError, call_command
