@@ -226,8 +226,8 @@ class ClaimCase:
     load_seconds: float | None = None
     batch: int = 1  # jobs per claim
     # Sorted ratios of this case's claim time to its section's first case's,
-    # one per round where the cases ran in turns (empty: one round, the
-    # ratio is of the two medians).
+    # one per round where the cases ran in turns (empty in the sections that
+    # run each case once: the ratio is of the two medians).
     ratios: list[float] = field(default_factory=list)
 
 
@@ -908,16 +908,21 @@ def _claim_vs_tenants(config: BenchConfig) -> list[ClaimCase]:
         for name in (cases if i % 2 == 0 else reversed(cases)):
             rounds[name].append(_claim_times(name, config.claims, cases[name]))
     one, spread = _median_case(rounds["one"]), _median_case(rounds["many"])
-    ratios = sorted(m[0] / o[0] for o, m in zip(rounds["one"], rounds["many"])) if config.repeat > 1 else []
+    ratios = sorted(m[0] / o[0] for o, m in zip(rounds["one"], rounds["many"]))
     return [ClaimCase("1 tenant with READY work", 1, *one),
             ClaimCase(f"{len(many):,} tenants with READY work", len(many), *spread, ratios=ratios)]
 
 
 def _median_case(timings: list[tuple[float, float, int | None]]) -> tuple[float, float, int | None]:
     """Rounds of (claim ms, claim+finish ms, buffers) as one: each figure's median."""
-    buffers = [b for _, _, b in timings if b is not None]
     return (statistics.median(c for c, _, _ in timings), statistics.median(t for _, t, _ in timings),
-            int(statistics.median(buffers)) if buffers else None)
+            _median_count(b for _, _, b in timings))
+
+
+def _median_count(counts: Iterable[int | None]) -> int | None:
+    """The median of the counts that could be read (None if none could)."""
+    read = [c for c in counts if c is not None]
+    return int(statistics.median(read)) if read else None
 
 
 def _claim_times(case: str, claims: int, tenants: list[str] | None = None) -> tuple[float, float, int | None]:
@@ -969,9 +974,7 @@ def _time_claims(claims: int, warmup: int, batch: int = 1) -> tuple[float, float
         if i >= warmup:
             claim_ms.append((claimed - started) * 1000)
             total_ms.append((finished - started) * 1000)
-    counted = [b for b in buffers if b is not None]
-    return statistics.median(claim_ms), statistics.median(total_ms), (
-        int(statistics.median(counted)) if counted else None)
+    return statistics.median(claim_ms), statistics.median(total_ms), _median_count(buffers)
 
 
 def _claim_vs_backlog(config: BenchConfig, progress: Callable[[str], None]) -> list[ClaimCase]:
@@ -1199,8 +1202,9 @@ def _render_cap(throughput: list[Throughput]) -> list[str]:
 
 def _claim_cells(case: ClaimCase, base: ClaimCase, target: float) -> list[str]:
     """A claim row's figures against its section's `base` case: claim ms,
-    claim+finish ms, the ratio, its verdict (none for the base itself) and
-    the buffers."""
+    claim+finish ms, the ratio (the median of its rounds' ratios, with their
+    range when there were several), its verdict (none for the base itself)
+    and the buffers."""
     ratio = statistics.median(case.ratios) if case.ratios else case.claim_ms / base.claim_ms
     spread = f" ({case.ratios[0]:.2f}–{case.ratios[-1]:.2f}×)" if len(case.ratios) > 1 else ""
     return [f"{case.claim_ms:.2f}", f"{case.claim_finish_ms:.2f}", f"{ratio:.2f}×{spread}",

@@ -2,10 +2,12 @@
 leaves nothing behind. Speed is never asserted here (DESIGN §12)."""
 
 import re
+from unittest import mock
 
 import pytest
 from django.db import connection
 
+from proving import bench
 from proving.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
 from jobs.models import Job, JobSearch
 from jobs.store import Store
@@ -127,10 +129,6 @@ def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_
     """`--repeat 3`: one tenant and many tenants run in turns, the order
     swapped each round; each round's ratio is its own (a slow round slows
     both of its cases), and the row shows their median and range."""
-    from unittest import mock
-
-    from proving import bench
-
     calls = []
     timings = iter([(1.0, 2.0, 40), (1.9, 2.5, 44),   # round 1: one, many (1.9×)
                     (6.0, 7.0, 43), (4.0, 5.0, 40),   # round 2 (a slow one): many, one (1.5×)
@@ -167,10 +165,6 @@ def test_each_claim_time_case_starts_without_the_dead_rows_the_case_before_left(
     dead rows, and the one-tenant claim's check reads that table whole: the
     one-tenant case run after them must start on the table a VACUUM left
     (its own tenant's page), not on the many-tenant case's leftovers."""
-    from unittest import mock
-
-    from proving import bench
-
     seen = []
     time_claims = bench._time_claims
 
