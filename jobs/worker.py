@@ -867,10 +867,23 @@ class Worker:
         self._next_renewal = now + cfg.heartbeat_interval
         with self._lock:
             running = list(self._running.values())
-        if not running:
+        due = [r for r in running if self._renewable(r)]
+        if not due:
             return
         with self._db_call("lease renewal"):
-            for r in running:
+            # All of them in one statement (a batch holds a hundred)...
+            renewed: set[int] = set()
+            asked = time.monotonic()
+            try:
+                renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], ttl=cfg.lease_ttl)
+            except Exception:  # noqa: BLE001 - each job is renewed on its own below, and says why it fails
+                close_old_connections()
+            self._leased([r.ctx.job for r in due if r.ctx.job.id in renewed], asked)
+            # ...and each one it did not renew on its own: `renew` says why
+            # (its own outcome just written, taken over, gone) or renews it.
+            for r in due:
+                if r.ctx.job.id in renewed:
+                    continue
                 # One job's renewal failing, whatever the cause, must not
                 # stop the renewal of the others (nor the main thread).
                 try:
@@ -918,16 +931,21 @@ class Worker:
                 del warned[key]
                 self._event("worker.db_wait_over", thread=key[0], waited=round(now - key[1], 1))
 
-    def _renew(self, r: Running) -> None:
-        cfg = self.config
+    def _renewable(self, r: Running) -> bool:
+        """Whether the heartbeat renews this job's lease now."""
         if r.ctx.cancelled.is_set():
-            return
+            return False
         if r.deadline is not None and time.monotonic() > r.deadline:
             # Past its timeout the handler is presumed stuck: stop renewing
             # so the lease expires and another worker recovers the job.
             r.ctx.cancelled.set()
             self._event("job.timeout", level=logging.WARNING, job=r.ctx.job)
-            return
+            return False
+        return True
+
+    def _renew(self, r: Running) -> None:
+        """Renew one lease; a fence that moved or a job gone cancels it."""
+        cfg = self.config
         asked = time.monotonic()
         try:
             self.store.renew(r.ctx.tenant, r.ctx.key, cfg.worker_id, r.ctx.epoch, ttl=cfg.lease_ttl)

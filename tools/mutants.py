@@ -365,6 +365,18 @@ MUTANTS: list[Mutant] = [
     Mutant("resend-within-lease", "the resend backoff of a write in doubt is bounded by its lease", (
         Edit("jobs/worker.py", "        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))", "        delay = delay"),),
         ("tests/jobs/test_worker_writes.py::test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage",)),
+    Mutant("fence-epoch-renew-many", "renew_many checks each lease's epoch", (
+        Edit("jobs/store.py", "AND j.lease_epoch = i.epoch ", ""),),
+        ("tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other",),
+        postgres=True),
+    Mutant("fence-worker-renew-many", "renew_many checks the worker id", (
+        Edit("jobs/store.py", "AND j.state = i.state AND j.worker_id = i.worker_id", "AND j.state = i.state"),),
+        ("tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other",),
+        postgres=True),
+    Mutant("heartbeat-together", "a heartbeat renews the leases a worker holds in one statement", (
+        Edit("jobs/worker.py", "                renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], "
+             "ttl=cfg.lease_ttl)", "                pass"),),
+        ("tests/jobs/test_claim_batch.py::test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_by_one",)),
     Mutant("renewal-own-outcome", "a renewal that finds the job's own outcome is not a lost lease", (
         Edit("jobs/worker.py", "            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):",
              "            if False:"),),

@@ -16,7 +16,8 @@ from django.test import override_settings
 from jobs.models import Job, JobEvent
 from jobs.clock import to_datetime
 from jobs.states import State
-from jobs.store import JobSpec
+from jobs.store import JobSpec, Store
+from jobs.worker import Worker, WorkerConfig
 from tests.support import wait_for
 
 
@@ -204,6 +205,38 @@ def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alo
     # Each job the dead worker still held was taken back on its own.
     assert recovered.count() == recovered.values("job").distinct().count() >= 1
     assert not JobEvent.objects.filter(kind="finish", worker_id="doomed", job__in=recovered.values("job")).exists()
+
+
+class CountsRenewals(Store):
+    def __init__(self):
+        super().__init__()
+        self.one_by_one, self.together = 0, []
+
+    def renew(self, *args, **kwargs):
+        self.one_by_one += 1
+        return super().renew(*args, **kwargs)
+
+    def renew_many(self, worker_id, jobs, **kwargs):
+        self.together.append(len(jobs))
+        return super().renew_many(worker_id, jobs, **kwargs)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_by_one(store):
+    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.15}) for i in range(6))
+    counting = CountsRenewals()
+    # A batch that runs for three leases' length: each job waiting its turn,
+    # or done and not yet written, lives on the heartbeat's renewals.
+    worker = Worker(WorkerConfig(worker_id="w", batch=6, lease_ttl=0.3, until_idle=True, poll_interval=0.05),
+                    store=counting)
+    worker.run()
+    done = Job.objects.filter(state=State.DONE)
+    assert sorted(done.values_list("lease_epoch", "recoveries", "worker_id").distinct()) == [(1, 0, "w")]
+    assert done.count() == 6 and worker.stats["lost"] == 0
+    # One statement per heartbeat for all the jobs held then, none for a
+    # job on its own.
+    assert counting.one_by_one == 0
+    assert len(counting.together) >= 3 and max(counting.together) > 1
 
 
 # ---------------------------------------------------------------- finish and claim in one step

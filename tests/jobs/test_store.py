@@ -143,6 +143,33 @@ def test_renew_extends_the_lease_so_it_cannot_be_taken_over(store):
     assert store.claim("studio", "q-1", "worker-b", now=156) == epoch + 1
 
 
+def test_renew_many_extends_each_lease_held_under_its_fence_and_no_other(store, monkeypatch):
+    monkeypatch.setattr("jobs.store.RENEW_CHUNK", 2)  # three statements for the five jobs below
+    for key in ("held-1", "held-2", "held-3", "finished", "claimed-again", "other-worker"):
+        store.enqueue("studio", key)
+    for key in ("held-1", "held-2", "held-3", "finished", "claimed-again"):
+        store.claim("studio", key, "worker-a", now=100, ttl=30)
+    store.claim("studio", "other-worker", "worker-b", now=100, ttl=30)
+    as_claimed = {job.key: job for job in Job.objects.filter(tenant="studio")}
+    store.finish("studio", "finished", "worker-a", as_claimed["finished"].lease_epoch, now=110)
+    # worker-a's lease ran out and worker-a claimed the job again: its copy
+    # as first claimed holds epoch 1, a lease that no longer exists.
+    assert store.claim("studio", "claimed-again", "worker-a", now=131, ttl=30) == 2
+    before = {key: snapshot(key=key) for key in ("finished", "claimed-again", "other-worker")}
+
+    renewed = store.renew_many("worker-a", list(as_claimed.values()), ttl=30, now=125)
+
+    assert renewed == {as_claimed[key].id for key in ("held-1", "held-2", "held-3")}
+    leases = dict(Job.objects.filter(tenant="studio").values_list("key", "lease_until"))
+    assert {key: leases[key] for key in ("held-1", "held-2", "held-3")} == dict.fromkeys(("held-1", "held-2",
+                                                                                         "held-3"), at(155))
+    # Another epoch, another worker, a finished attempt: not a lease held
+    # under those fences, untouched (and no history row for anyone).
+    assert {key: snapshot(key=key) for key in before} == before
+    assert not JobEvent.objects.filter(kind="renew").exists()
+    assert store.renew_many("worker-a", [], ttl=30, now=125) == set()
+
+
 def test_a_renewal_keeps_the_claim_s_time_which_the_attempt_s_row_records(store):
     store.enqueue("studio", "q-1")
     epoch = store.claim("studio", "q-1", "worker-a", now=100, ttl=30)

@@ -387,12 +387,13 @@ class RenewsAfterItsOwnOutcome(Store):
         super().__init__()
         self.state, self.renewing, self.renewals = state, threading.Event(), 0
 
-    def renew(self, tenant, key, worker_id, epoch, **kwargs):
+    def renew_many(self, worker_id, jobs, **kwargs):
         self.renewals += 1
         self.renewing.set()
-        wait_for(lambda: Job.objects.filter(tenant=tenant, key=key, state=self.state).exists(),
-                 what=f"{key}'s own outcome ({self.state})")
-        return super().renew(tenant, key, worker_id, epoch, **kwargs)
+        for job in jobs:
+            wait_for(lambda: Job.objects.filter(id=job.id, state=self.state).exists(),
+                     what=f"{job.key}'s own outcome ({self.state})")
+        return super().renew_many(worker_id, jobs, **kwargs)
 
 
 @action("test.outcome_while_renewed")
