@@ -138,7 +138,7 @@ class BenchConfig:
     skip_bulk: bool = False
     tenants: list[int] = field(default_factory=lambda: [1000, 10_000])
     batches: list[int] = field(default_factory=lambda: [10, 100])
-    batch_jobs: int = 20_000
+    batch_jobs: int = 100_000
     claim_tenants: int = 10_000
     repeat: int = 1  # end-to-end rows: pairs of (ours, reference) per row
     queue_rows: int | None = None  # the console queues' section (None: `rows`; 0: skipped)

@@ -10,7 +10,7 @@ from proving.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchCon
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
          "tenants": "1000", "claim_tenants": 2000,
          "backlog": 20_000}
-FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "batch_jobs": 20_000,
+FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "batch_jobs": 100_000,
         "tenants": "1000,10000", "claim_tenants": 10_000,
         "backlog": 200_000}
 
