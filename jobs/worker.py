@@ -876,7 +876,8 @@ class Worker:
             asked = time.monotonic()
             try:
                 renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], ttl=cfg.lease_ttl)
-            except Exception:  # noqa: BLE001 - each job is renewed on its own below, and says why it fails
+            except Exception as exc:  # noqa: BLE001 - each job is then renewed on its own, below
+                self._event("worker.renew_failed", level=logging.WARNING, jobs=len(due), error=_describe(exc))
                 close_old_connections()
             self._leased([r.ctx.job for r in due if r.ctx.job.id in renewed], asked)
             # ...and each one it did not renew on its own: `renew` says why

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import pytest
+from django.db import DatabaseError
 from django.db.models.functions import Now
 from django.test import override_settings
 
@@ -237,6 +238,27 @@ def test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_
     # job on its own.
     assert counting.one_by_one == 0
     assert len(counting.together) >= 3 and max(counting.together) > 1
+
+
+class RefusesRenewingTogether(CountsRenewals):
+    def renew_many(self, worker_id, jobs, **kwargs):
+        self.together.append(len(jobs))
+        raise DatabaseError("the statement was refused")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_renewing_together_fails_the_heartbeat_says_so_and_renews_each_lease_on_its_own(store, caplog):
+    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.15}) for i in range(4))
+    refusing = RefusesRenewingTogether()
+    worker = Worker(WorkerConfig(worker_id="w", batch=4, lease_ttl=0.3, until_idle=True, poll_interval=0.05),
+                    store=refusing)
+    worker.run()
+    done = Job.objects.filter(state=State.DONE)
+    assert sorted(done.values_list("lease_epoch", "recoveries").distinct()) == [(1, 0)] and done.count() == 4
+    assert refusing.together and refusing.one_by_one >= len(refusing.together)
+    failed = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "worker.renew_failed"]
+    assert len(failed) == len(refusing.together)
+    assert "the statement was refused" in failed[0]["error"] and failed[0]["jobs"] == refusing.together[0]
 
 
 # ---------------------------------------------------------------- finish and claim in one step
