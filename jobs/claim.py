@@ -163,26 +163,7 @@ _FINISH_PG = """
     ), finished AS (
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
                result = i.result::jsonb
-        FROM (
-            -- The fence each row must meet: its epoch as claimed, LEASED and
-            -- this worker. Values of a subquery kept apart (OFFSET 0) and
-            -- compared column to column below: written in as constants,
-            -- 'LEASED' would let a partial index on LEASED rows, which
-            -- carries every lease since the last vacuum, serve the scan.
-            SELECT i.id, i.result, i.epoch, 'LEASED'::varchar AS state, %(worker)s::varchar AS worker_id
-            FROM {finish_rows}
-            OFFSET 0
-        ) AS i
-        -- The ids as a key condition of their own: a join alone could be
-        -- planned as a hash join over a full scan of the table (a generic
-        -- plan made while statistics said it was empty).
-        WHERE f.id {finish_key} AND f.id = i.id
-          -- The fence, tested on the row being updated, which takes no row
-          -- lock of its own (a WAL record per job): if another transaction
-          -- changed it meanwhile (a recovery, a takeover), PostgreSQL waits
-          -- for it and tests this again on the newest version, and the
-          -- finish writes nothing.
-          AND f.state = i.state AND f.lease_epoch = i.epoch AND f.worker_id = i.worker_id
+        {fenced}
         RETURNING f.id, f.lease_epoch, f.updated_at
     ), finish_logged AS (
         -- The attempt's one history row, with the claim it began with (the
@@ -195,6 +176,38 @@ _FINISH_PG = """
                c.updated_at
         FROM finished AS d JOIN claims AS c ON c.id = d.id
     ),"""
+# The fence of a batch of the worker's writes (its finishes, its lease
+# renewals), for an UPDATE of jobs_job AS {t}: `rows` names each job's id
+# and epoch as claimed, `key` the condition on {t}.id.
+_FENCED = """
+        FROM (
+            -- The fence each row must meet: its epoch as claimed, LEASED and
+            -- this worker. Values of a subquery kept apart (OFFSET 0) and
+            -- compared column to column below: written in as constants,
+            -- 'LEASED' would let a partial index on LEASED rows, which
+            -- carries every lease since the last vacuum, serve the scan.
+            SELECT i.*, 'LEASED'::varchar AS state, %(worker)s::varchar AS worker_id
+            FROM {rows}
+            OFFSET 0
+        ) AS i
+        -- The ids as a key condition of their own: a join alone could be
+        -- planned as a hash join over a full scan of the table (a generic
+        -- plan made while statistics said it was empty).
+        WHERE {t}.id {key} AND {t}.id = i.id
+          -- The fence, tested on the row being updated, which takes no row
+          -- lock of its own (a WAL record per job): if another transaction
+          -- changed it meanwhile (a recovery, a takeover), PostgreSQL waits
+          -- for it and tests this again on the newest version, and the
+          -- write does nothing.
+          AND {t}.state = i.state AND {t}.lease_epoch = i.epoch AND {t}.worker_id = i.worker_id"""
+
+# A batch of lease renewals (`Store.renew_many`): one text whatever the
+# count (arrays, not a VALUES list per size: each size would be a prepared
+# statement of its own, pushing the claim's out of psycopg's cache).
+_RENEW_PG = "UPDATE jobs_job AS j SET lease_until = {until} " + _FENCED.format(
+    t="j", rows="unnest(%(renew_ids)s::bigint[], %(renew_epochs)s::integer[]) AS i (id, epoch)",
+    key="= ANY(%(renew_ids)s::bigint[])") + " RETURNING j.id"
+
 # A tenant's LEASED jobs, counted through `job_leased_expiry` (tenant,
 # lease_until), the one index that holds LEASED rows (migration 0017): that
 # tenant's range of it, whatever the plan.
@@ -533,6 +546,17 @@ def finish_pg(*, worker: str, clock: Clock, finish: Finishes) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def renew_pg(*, worker: str, clock: Clock, ttl: float, ids: list[int], epochs: list[int]) -> set[int]:
+    """Extend the leases of the jobs `ids`, each fenced by its epoch in
+    `epochs`, to now + ttl, in one statement (PostgreSQL); returns the ids
+    renewed (the others had lost their fence, or are gone)."""
+    params = _Params(worker=worker, renew_ids=list(ids), renew_epochs=list(epochs))
+    sql = _compact(_RENEW_PG.replace("{until}", params.clock(clock, ttl, "until")))
+    with connection.cursor() as cursor:
+        pooling.execute(cursor, sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _bind_finishes(params: "_Params", finish: Finishes | None) -> str | None:
     """Bind `finish` in the form its size asks for; returns the form's name
     (None: nothing to finish)."""
@@ -548,7 +572,8 @@ def _bind_finishes(params: "_Params", finish: Finishes | None) -> str | None:
 
 
 def _finish_sql(now: str, form: str) -> str:
-    return _FINISH_PG.format(now=now, finish_rows=_FINISH_FORMS[form].rows, finish_key=_FINISH_FORMS[form].key)
+    fenced = _FENCED.format(t="f", rows=_FINISH_FORMS[form].rows, key=_FINISH_FORMS[form].key)
+    return _FINISH_PG.format(now=now, fenced=fenced, finish_key=_FINISH_FORMS[form].key)
 
 
 def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None) -> tuple[list[Job], set[int]]:

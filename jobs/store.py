@@ -133,18 +133,6 @@ def _is_postgres() -> bool:
 
 # Leases renewed per statement by `Store.renew_many`.
 RENEW_CHUNK = 1000
-# The fence of each lease renewed, as in the batched finish (jobs.claim):
-# the ids a key condition of their own (the primary key serves them
-# whatever the plan), and the state and worker compared column to column
-# from a subquery kept apart (OFFSET 0): written in as constants, 'LEASED'
-# would let the partial index of every lease serve the scan.
-_RENEW_MANY_PG = (
-    "UPDATE jobs_job AS j SET lease_until = {until} "
-    "FROM (SELECT i.id, i.epoch, 'LEASED'::varchar AS state, %s::varchar AS worker_id "
-    "FROM unnest(%s::bigint[], %s::integer[]) AS i (id, epoch) OFFSET 0) AS i "
-    "WHERE j.id = ANY(%s::bigint[]) AND j.id = i.id AND j.lease_epoch = i.epoch "
-    "AND j.state = i.state AND j.worker_id = i.worker_id RETURNING j.id"
-)
 
 
 def _atomic_unless_postgres():
@@ -461,7 +449,9 @@ class Store:
 
     def renew(self, tenant: str, key: str, worker_id: str, epoch: int, *, ttl: float = DEFAULT_TTL, now=None) -> None:
         """Extend the lease to now + ttl. Raises `Conflict` if the fence moved."""
-        clock = Clock.of(now)
+        self._renew(tenant, key, worker_id, epoch, Clock.of(now), ttl)
+
+    def _renew(self, tenant: str, key: str, worker_id: str, epoch: int, clock: Clock, ttl: float) -> None:
         self._fenced(
             "renew", tenant, key, worker_id, epoch, State.LEASED, clock, {"lease_until": clock.plus(ttl)}, log=False
         )
@@ -469,31 +459,27 @@ class Store:
     def renew_many(self, worker_id: str, jobs: list[Job], *, ttl: float = DEFAULT_TTL, now=None) -> set[int]:
         """Extend the leases of `jobs` (as claimed) to now + ttl: a worker's
         heartbeat, one statement per RENEW_CHUNK jobs instead of a round
-        trip each (a `--batch 100` worker holds a hundred). Each is fenced
+        trip each (a `--batch 100` worker holds a hundred) on PostgreSQL;
+        on SQLite, which has no round trips, one transaction. Each is fenced
         exactly like `renew`: LEASED, by `worker_id`, under the epoch it was
         claimed with. Returns the ids renewed; a job missing there had lost
         its fence or is gone (`renew` says which)."""
-        transition("renew", State.LEASED, State.LEASED)
-        until, until_params = Clock.of(now).plus(ttl)
+        clock = Clock.of(now)
         renewed: set[int] = set()
-        with _atomic_unless_postgres(), connection.cursor() as cursor:
-            for start in range(0, len(jobs), RENEW_CHUNK):
-                chunk = jobs[start:start + RENEW_CHUNK]
-                if _is_postgres():
-                    ids = [job.id for job in chunk]
-                    # One text whatever the count (arrays, not a VALUES list
-                    # per size: each size would be a prepared statement of its
-                    # own, pushing the claim's out of psycopg's cache).
-                    cursor.execute(_RENEW_MANY_PG.format(until=until),
-                                   [*until_params, worker_id, ids, [job.lease_epoch for job in chunk], ids])
-                else:
-                    pairs = ", ".join(["(%s, %s)"] * len(chunk))
-                    cursor.execute(
-                        f"UPDATE jobs_job SET lease_until = {until} WHERE (id, lease_epoch) IN (VALUES {pairs}) "
-                        "AND worker_id = %s AND state = 'LEASED' RETURNING id",
-                        [*until_params, *(v for job in chunk for v in (job.id, job.lease_epoch)), worker_id],
-                    )
-                renewed.update(row[0] for row in cursor.fetchall())
+        if not _is_postgres():
+            with transaction.atomic():
+                for job in jobs:
+                    try:
+                        self._renew(job.tenant, job.key, worker_id, job.lease_epoch, clock, ttl)
+                    except (Conflict, JobNotFound):
+                        continue
+                    renewed.add(job.id)
+            return renewed
+        transition("renew", State.LEASED, State.LEASED)
+        for start in range(0, len(jobs), RENEW_CHUNK):
+            chunk = jobs[start:start + RENEW_CHUNK]
+            renewed |= claim_sql.renew_pg(worker=worker_id, clock=clock, ttl=ttl, ids=[job.id for job in chunk],
+                                          epochs=[job.lease_epoch for job in chunk])
         return renewed
 
     def finish(

@@ -169,14 +169,16 @@ MUTANTS: list[Mutant] = [
              'RESET plan_cache_mode"'),),
         ("tests/jobs/test_claim_scale_pg.py::test_the_pruner_plans_its_statements_once_not_on_every_call",),
         postgres=True),
-    Mutant("fence-epoch-finish-many", "a batch's finishes check each job's lease epoch", (
-        Edit("jobs/claim.py", "AND f.lease_epoch = i.epoch ", ""),),
-        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
-    Mutant("fence-worker-finish-many", "a batch's finishes check the worker id", (
-        Edit("jobs/claim.py", "AND f.worker_id = i.worker_id", ""),),
-        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",), postgres=True),
+    Mutant("fence-epoch-batch", "a batch's finishes and lease renewals check each job's lease epoch", (
+        Edit("jobs/claim.py", "AND {t}.lease_epoch = i.epoch ", ""),),
+        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
+         "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other"), postgres=True),
+    Mutant("fence-worker-batch", "a batch's finishes and lease renewals check the worker id", (
+        Edit("jobs/claim.py", "AND {t}.worker_id = i.worker_id", ""),),
+        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
+         "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other"), postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
-        Edit("jobs/claim.py", "AND f.state = i.state AND f.lease_epoch", "AND f.lease_epoch"),),
+        Edit("jobs/claim.py", "AND {t}.state = i.state AND {t}.lease_epoch", "AND {t}.lease_epoch"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
@@ -365,14 +367,6 @@ MUTANTS: list[Mutant] = [
     Mutant("resend-within-lease", "the resend backoff of a write in doubt is bounded by its lease", (
         Edit("jobs/worker.py", "        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))", "        delay = delay"),),
         ("tests/jobs/test_worker_writes.py::test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage",)),
-    Mutant("fence-epoch-renew-many", "renew_many checks each lease's epoch", (
-        Edit("jobs/store.py", "AND j.lease_epoch = i.epoch ", ""),),
-        ("tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other",),
-        postgres=True),
-    Mutant("fence-worker-renew-many", "renew_many checks the worker id", (
-        Edit("jobs/store.py", "AND j.state = i.state AND j.worker_id = i.worker_id", "AND j.state = i.state"),),
-        ("tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other",),
-        postgres=True),
     Mutant("heartbeat-together", "a heartbeat renews the leases a worker holds in one statement", (
         Edit("jobs/worker.py", "                renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], "
              "ttl=cfg.lease_ttl)", "                pass"),),

@@ -222,16 +222,22 @@ class CountsRenewals(Store):
         return super().renew_many(worker_id, jobs, **kwargs)
 
 
+def _run_a_batch_of_sleepers(store, double: Store, jobs: int):
+    """A batch of `jobs` that runs for two to three leases' length: each job
+    waiting its turn, or done and not yet written, lives on the heartbeat's
+    renewals. Returns the worker and the DONE jobs."""
+    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.15})
+                       for i in range(jobs))
+    worker = Worker(WorkerConfig(worker_id="w", batch=jobs, lease_ttl=0.3, until_idle=True, poll_interval=0.05),
+                    store=double)
+    worker.run()
+    return worker, Job.objects.filter(state=State.DONE)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_by_one(store):
-    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.15}) for i in range(6))
     counting = CountsRenewals()
-    # A batch that runs for three leases' length: each job waiting its turn,
-    # or done and not yet written, lives on the heartbeat's renewals.
-    worker = Worker(WorkerConfig(worker_id="w", batch=6, lease_ttl=0.3, until_idle=True, poll_interval=0.05),
-                    store=counting)
-    worker.run()
-    done = Job.objects.filter(state=State.DONE)
+    worker, done = _run_a_batch_of_sleepers(store, counting, 6)
     assert sorted(done.values_list("lease_epoch", "recoveries", "worker_id").distinct()) == [(1, 0, "w")]
     assert done.count() == 6 and worker.stats["lost"] == 0
     # One statement per heartbeat for all the jobs held then, none for a
@@ -248,12 +254,8 @@ class RefusesRenewingTogether(CountsRenewals):
 
 @pytest.mark.django_db(transaction=True)
 def test_when_renewing_together_fails_the_heartbeat_says_so_and_renews_each_lease_on_its_own(store, caplog):
-    store.enqueue_many(JobSpec("t", f"slow-{i}", action="test.sleep", payload={"seconds": 0.15}) for i in range(4))
     refusing = RefusesRenewingTogether()
-    worker = Worker(WorkerConfig(worker_id="w", batch=4, lease_ttl=0.3, until_idle=True, poll_interval=0.05),
-                    store=refusing)
-    worker.run()
-    done = Job.objects.filter(state=State.DONE)
+    _, done = _run_a_batch_of_sleepers(store, refusing, 4)
     assert sorted(done.values_list("lease_epoch", "recoveries").distinct()) == [(1, 0)] and done.count() == 4
     assert refusing.together and refusing.one_by_one >= len(refusing.together)
     failed = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "worker.renew_failed"]

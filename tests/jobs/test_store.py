@@ -144,7 +144,7 @@ def test_renew_extends_the_lease_so_it_cannot_be_taken_over(store):
 
 
 def test_renew_many_extends_each_lease_held_under_its_fence_and_no_other(store, monkeypatch):
-    monkeypatch.setattr("jobs.store.RENEW_CHUNK", 2)  # three statements for the five jobs below
+    monkeypatch.setattr("jobs.store.RENEW_CHUNK", 2)  # PostgreSQL: three statements for the five jobs below
     for key in ("held-1", "held-2", "held-3", "finished", "claimed-again", "other-worker"):
         store.enqueue("studio", key)
     for key in ("held-1", "held-2", "held-3", "finished", "claimed-again"):
