@@ -46,9 +46,10 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
     assert re.search(r"Lease cap 2 over 10 tenants: [\d,]+ jobs/s against [\d,]+ uncapped", out), out
     if connection.vendor == "postgresql":
         assert "NOTIFY (workers poll every 1 s)" in out
-        # WAL bytes per job, ours / the raw loop's: both measured; and the
-        # CPU per job of each side's clients and of the rest of the host.
-        assert re.search(r"  1 process .* [\d,]+ / [\d,]+ +[\d,]+\+[\d,]+ / [\d,]+\+[\d,]+ ", out), out
+        # WAL bytes per job, ours / the raw loop's: both measured, and
+        # their ratio against the goal; and the CPU per job of each side's
+        # clients and of the rest of the host.
+        assert re.search(r"  1 process .* [\d,]+ / [\d,]+ +[\d.]+× (ok|MISS) +[\d,]+\+[\d,]+ / [\d,]+\+[\d,]+ ", out), out
         # And what each enqueue wrote, before any worker saw the job.
         assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +[\d,]+\n", out), out
     else:
@@ -83,6 +84,28 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
     assert "50% (50%–100%)" in line and "2,000 / 600" in line and "MISS" in line
     # No CPU figures read: n/a on both sides.
     assert "n/a / n/a" in line
+
+
+def test_each_row_is_judged_by_its_own_goal_share_rate_and_wal():
+    """Issue 24's goals, row by row: 80 % of the raw loop, 75 % from 10,000
+    tenants, 60 % for --batch 100 beside the batched rate, none of the
+    share for --batch 10 (its rate only), the capped row by its share of
+    the uncapped one (under the table); WAL at most twice the raw loop's."""
+    def line(ratio, wal_ratio=1.5, jobs=1000, **row):
+        # The raw loop took 1 s and wrote 1,000 B per job.
+        t = Throughput(4, jobs, runs=[(1.0 / ratio, jobs * wal_ratio * 1000)], ref_runs=[(1.0, jobs * 1000)], **row)
+        return next(x for x in render(Results(throughput=[t])).splitlines() if x.startswith("  4 processes"))
+
+    assert "MISS (≥ 80%)" in line(0.78, tenants=1000)
+    assert "ok (≥ 80%)" in line(0.81, tenants=1000)
+    assert "ok (≥ 75%)" in line(0.76, tenants=10_000)
+    assert "MISS (≥ 75%)" in line(0.74, tenants=10_000)
+    assert "MISS (≥ 60%); ok (≥ 10,000/s)" in line(0.50, jobs=100_000, batch=100)
+    assert "ok (≥ 60%); MISS (≥ 10,000/s)" in line(0.61, jobs=10_000, batch=100)
+    batch_10 = line(0.50, jobs=100_000, batch=10)
+    assert "ok (≥ 10,000/s)" in batch_10 and "%)" not in batch_10
+    assert "(below)" in line(0.5, tenants=10, lease_cap=2)
+    assert "1.50× ok" in line(0.9) and "2.10× MISS" in line(0.9, wal_ratio=2.1)
 
 
 def test_cpu_per_job_is_the_median_of_the_runs_for_the_clients_and_the_rest_of_the_host():
