@@ -121,6 +121,11 @@ def _fence_mutants() -> list[Mutant]:
     return mutants
 
 
+# The batch fence (jobs.claim._FENCED) serves both the batch finish and the
+# lease renewals: a mutant of it must be caught through each.
+_BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
+                      "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
+
 MUTANTS: list[Mutant] = [
     *_fence_mutants(),
     Mutant("claim-epoch-increment", "a claim (or takeover) by name moves the epoch on", (
@@ -170,13 +175,9 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_scale_pg.py::test_the_pruner_plans_its_statements_once_not_on_every_call",),
         postgres=True),
     Mutant("fence-epoch-batch", "a batch's finishes and lease renewals check each job's lease epoch", (
-        Edit("jobs/claim.py", "AND {t}.lease_epoch = i.epoch ", ""),),
-        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
-         "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other"), postgres=True),
+        Edit("jobs/claim.py", "AND {t}.lease_epoch = i.epoch ", ""),), _BATCH_FENCE_TESTS, postgres=True),
     Mutant("fence-worker-batch", "a batch's finishes and lease renewals check the worker id", (
-        Edit("jobs/claim.py", "AND {t}.worker_id = i.worker_id", ""),),
-        ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
-         "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other"), postgres=True),
+        Edit("jobs/claim.py", "AND {t}.worker_id = i.worker_id", ""),), _BATCH_FENCE_TESTS, postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
         Edit("jobs/claim.py", "AND {t}.state = i.state AND {t}.lease_epoch", "AND {t}.lease_epoch"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
