@@ -123,6 +123,8 @@ def _fence_mutants() -> list[Mutant]:
 
 # The batch fence (jobs.claim._FENCED) serves both the batch finish and the
 # lease renewals: a mutant of it must be caught through each.
+# The fair claim's plan: the test that reads it run after run (auto_explain).
+_FAIR_PLAN_TESTS = ("tests/jobs/test_claim_scale_pg.py::test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run",)
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
                       "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
 
@@ -167,8 +169,17 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_estimated_dear_is_not_jit_compiled",), postgres=True),
     Mutant("claim-slot-planned", "the sample's random point is a value no claim plan is made for", (
         Edit("jobs/claim.py", '_SLOT = "(SELECT %(slot)s::float8)"', '_SLOT = "%(slot)s"'),),
-        ("tests/jobs/test_claim_scale_pg.py::test_a_connection_keeps_one_plan_of_the_fair_claim_whatever_random_points_it_draws",),
+        ("tests/jobs/test_claim_scale_pg.py::"
+         "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws",),
         postgres=True),
+    Mutant("fair-claim-replanned", "the fair claim runs with its generic plan whatever the statistics", (
+        Edit("jobs/pooling.py", '_FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan"',
+             '_FUNCTION_SETTINGS = ""'),),
+        _FAIR_PLAN_TESTS, postgres=True),
+    Mutant("fair-claim-prepared", "directly, the fair claim runs through the function that fixes its plan", (
+        Edit("jobs/claim.py", "pooling.execute(cursor, sql, params, generic=generic)",
+             "pooling.execute(cursor, sql, params)"),),
+        _FAIR_PLAN_TESTS, postgres=True),
     Mutant("prune-replanned", "the sample pruner keeps its generic plans", (
         Edit("jobs/migrations/0023_prune_planned_once.py", 'SET plan_cache_mode = force_generic_plan"',
              'RESET plan_cache_mode"'),),

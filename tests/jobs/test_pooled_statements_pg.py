@@ -1,6 +1,7 @@
 """Behind a transaction-mode pooler nothing can be prepared on a connection,
 so the claim statements run through PL/pgSQL functions made for them
-(`jobs.pooling.execute`), whose plans each server process keeps."""
+(`jobs.pooling.execute`), whose plans each server process keeps; directly,
+the fair claim does, for its generic plan."""
 
 import logging
 
@@ -8,9 +9,11 @@ import pytest
 from django.db import ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from jobs import claim as claim_sql
 from jobs import pooling
 from jobs.models import Job
 from jobs.states import State
+from jobs.store import JobSpec
 
 # Committed, as a worker's claims are: a function made inside a transaction
 # that is rolled back is not remembered.
@@ -24,15 +27,21 @@ def _functions() -> set[str]:
         return {name for (name,) in cursor.fetchall()}
 
 
-@pytest.fixture(autouse=True)
-def no_functions():
-    """Each test starts and ends with no statement function (they outlive
-    the flush between tests) and nothing remembered of them."""
-    yield
-    pooling._functions.clear()
+def _drop_functions() -> None:
+    pooling._calls.clear()
     with connection.cursor() as cursor:
         for name in _functions():
             cursor.execute(f"DROP FUNCTION {name}")
+
+
+@pytest.fixture(autouse=True)
+def no_functions():
+    """Each test starts and ends with no statement function (they outlive
+    the flush between tests; other modules' fair claims make them too) and
+    nothing remembered of them."""
+    _drop_functions()
+    yield
+    _drop_functions()
 
 
 @pytest.fixture
@@ -63,12 +72,20 @@ def test_behind_the_pooler_the_claim_and_the_finish_run_through_functions_made_f
     assert Job.objects.get(pk=third.pk).state == State.DONE
 
 
-def test_directly_nothing_is_made(store, settings):
+def test_directly_only_the_fair_claim_is_made_and_it_keeps_its_generic_plan(store, settings):
     settings.DATABASE_POOL_MODE = "direct"
     store.enqueue("t1", "k1")
+    claim_sql._last_seen.one_tenant = True  # the one-tenant claim, a prepared statement
     [job], _ = store.finish_and_claim("w1", [], limit=1)
     store.finish_many("w1", [(job, None)])
     assert _functions() == set()
+    store.enqueue_many(JobSpec(tenant, "k2") for tenant in ("t1", "t2"))
+    claim_sql._last_seen.one_tenant = False  # the fair claim
+    [job], _ = store.finish_and_claim("w1", [], limit=1)
+    [made] = _functions()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT proconfig FROM pg_proc WHERE proname = %s", [made])
+        assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan"]
 
 
 def test_a_statement_a_function_cannot_hold_runs_as_it_is(pooled, caplog):
@@ -99,7 +116,7 @@ def test_a_function_made_in_a_transaction_rolled_back_is_made_again(pooled):
     with pytest.raises(RuntimeError), transaction.atomic(), connection.cursor() as cursor:
         pooling.execute(cursor, sql, {"key": "k1"})
         raise RuntimeError("rolled back")
-    assert _functions() == set() and pooling._functions == {}
+    assert _functions() == set() and pooling._calls == {}
     with connection.cursor() as cursor:
         pooling.execute(cursor, sql, {"key": "k1"})
         assert cursor.fetchone() == (0,)
