@@ -168,7 +168,7 @@ def execute(cursor, sql: str, params: dict, *, generic: bool = False) -> None:
     key = (sql, tuple([_pg_type(params[name]) for name in names]))
     call = _calls.get(key)
     if call is None:
-        function = _function_for(sql, list(names), key[1])
+        function = _function_for(sql, names, key[1])
         if function is None:
             call = sql
         else:
@@ -188,7 +188,7 @@ def execute(cursor, sql: str, params: dict, *, generic: bool = False) -> None:
         raise
 
 
-def _function_for(sql: str, names: list[str], kinds: tuple[str, ...]) -> tuple[str, list[str]] | None:
+def _function_for(sql: str, names: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, list[str]] | None:
     """The function that runs `sql` (made if missing), and its argument
     types as PostgreSQL resolved them."""
     body = _PARAM.sub(lambda match: f"${names.index(match.group(1)) + 1}", sql).replace("%%", "%")

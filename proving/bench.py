@@ -1090,6 +1090,7 @@ def render(results: Results) -> str:
                 label += f", lease cap {t.lease_cap}"
             if t.jobs != jobs:
                 label += f" ({t.jobs:,} jobs)"
+            wal, ref_wal = t.wal_per_job(t.runs), t.wal_per_job(t.ref_runs)
             rows.append([
                 label,
                 f"{t.rate:,.0f}", f"{t.seconds:.2f}",
@@ -1098,8 +1099,8 @@ def render(results: Results) -> str:
                 (f"{ratio:.0%}" + (f" ({t.ratios[0]:.0%}–{t.ratios[-1]:.0%})" if len(t.ratios) > 1 else ""))
                 if ratio else "n/a",
                 _share_goal(t),
-                _wal_text(t.wal_per_job(t.runs)) + " / " + _wal_text(t.wal_per_job(t.ref_runs)),
-                _wal_goal(t),
+                _wal_text(wal) + " / " + _wal_text(ref_wal),
+                _wal_goal(wal, ref_wal),
                 _cpu_text(t.cpu_us_per_job(t.cpu)) + " / " + _cpu_text(t.cpu_us_per_job(t.ref_cpu)),
                 "/".join(map(str, t.claimed_by)),
             ])
@@ -1214,9 +1215,8 @@ def _share_goal(t: Throughput) -> str:
     return "; ".join(goals)
 
 
-def _wal_goal(t: Throughput) -> str:
+def _wal_goal(ours: float | None, ref: float | None) -> str:
     """Ours WAL per job over the raw loop's, against TARGET_WAL_RATIO."""
-    ours, ref = t.wal_per_job(t.runs), t.wal_per_job(t.ref_runs)
     if not ours or not ref:
         return "n/a"
     return f"{ours / ref:.2f}× {verdict(ours / ref <= TARGET_WAL_RATIO)}"

@@ -121,10 +121,10 @@ def _fence_mutants() -> list[Mutant]:
     return mutants
 
 
-# The batch fence (jobs.claim._FENCED) serves both the batch finish and the
-# lease renewals: a mutant of it must be caught through each.
 # The fair claim's plan: the test that reads it run after run (auto_explain).
 _FAIR_PLAN_TESTS = ("tests/jobs/test_claim_scale_pg.py::test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run",)
+# The batch fence (jobs.claim._FENCED) serves both the batch finish and the
+# lease renewals: a mutant of it must be caught through each.
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
                       "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
 
