@@ -158,16 +158,25 @@ _LEASE_PG = """
 # epoch and the worker, exactly like `Store.finish`. One job's finish is
 # bound as single values, several as arrays (the text is the same for any
 # number of them); see `_FINISH_FORMS`.
+#
+# No join anywhere: what a row needs from the arrays (its epoch, its result,
+# its claim's time) it finds by its id's place among the ids, in id order,
+# with a binary search (`width_bucket` over a sorted array gives the place
+# of a value it holds). Joined, the arrays' rows to the table's, a batch's
+# finish was planned — from statistics that took the table for nearly
+# empty, as after a VACUUM of a drained queue that could not shorten it — as
+# a nested loop going through all the batch's ids for each of its rows:
+# 4.0 ms for a finish of 100 instead of 1.4.
 _FINISH_PG = """
     claims AS MATERIALIZED (
         -- When each attempt was claimed: a LEASED row's updated_at, as this
-        -- statement's snapshot sees it, before the finish below moves it.
-        -- Read once, by the ids (MATERIALIZED): folded into the join below,
-        -- it could be planned as a scan of the table per finished job.
-        SELECT c.id, c.updated_at FROM jobs_job AS c WHERE c.id {finish_key}
+        -- statement's snapshot sees it, before the finish below moves it;
+        -- read once, by the ids, into arrays in id order.
+        SELECT array_agg(id ORDER BY id) AS ids, array_agg(updated_at ORDER BY id) AS claimed_at
+        FROM jobs_job WHERE id {finish_key}
     ), finished AS (
         UPDATE jobs_job AS f SET state = 'DONE', updated_at = {now}, finished_at = {now}, lease_until = NULL,
-               result = i.result::jsonb
+               result = {result}::jsonb
         {fenced}
         RETURNING f.id, f.lease_epoch, f.updated_at
     ), finish_logged AS (
@@ -178,40 +187,49 @@ _FINISH_PG = """
         INSERT INTO jobs_jobevent
             (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at, claimed_at)
         SELECT d.id, 'finish', 'LEASED', 'DONE', d.lease_epoch, %(worker)s, '', '', '{{}}', d.updated_at,
-               c.updated_at
-        FROM finished AS d JOIN claims AS c ON c.id = d.id
+               c.claimed_at[width_bucket(d.id, c.ids)]
+        FROM finished AS d, claims AS c
     ),"""
 # The fence of a batch of the worker's writes (its finishes, its lease
-# renewals), for an UPDATE of jobs_job AS {t}: `rows` names each job's id
-# and epoch as claimed, `key` the condition on {t}.id.
+# renewals), for an UPDATE of jobs_job AS {t}: `key` the condition on
+# {t}.id, `epoch` each job's epoch as claimed.
 _FENCED = """
-        FROM (
-            -- The fence each row must meet: its epoch as claimed, LEASED and
-            -- this worker. Values of a subquery kept apart (OFFSET 0) and
-            -- compared column to column below: written in as constants,
-            -- 'LEASED' would let a partial index on LEASED rows, which
-            -- carries every lease since the last vacuum, serve the scan.
-            SELECT i.*, 'LEASED'::varchar AS state, %(worker)s::varchar AS worker_id
-            FROM {rows}
-            OFFSET 0
-        ) AS i
-        -- The ids as a key condition of their own: a join alone could be
-        -- planned as a hash join over a full scan of the table (a generic
-        -- plan made while statistics said it was empty).
-        WHERE {t}.id {key} AND {t}.id = i.id
+        -- The ids as a key condition of their own, which the primary key
+        -- serves at any table size.
+        WHERE {t}.id {key}
           -- The fence, tested on the row being updated, which takes no row
           -- lock of its own (a WAL record per job): if another transaction
           -- changed it meanwhile (a recovery, a takeover), PostgreSQL waits
           -- for it and tests this again on the newest version, and the
-          -- write does nothing.
-          AND {t}.state = i.state AND {t}.lease_epoch = i.epoch AND {t}.worker_id = i.worker_id"""
+          -- write does nothing. 'LEASED' and the worker are subqueries,
+          -- values no plan is made for: written in as constants, 'LEASED'
+          -- would let a partial index on LEASED rows, which carries every
+          -- lease since the last vacuum, serve the scan.
+          AND {t}.state = (SELECT 'LEASED'::varchar)
+          AND {t}.lease_epoch = {epoch}
+          AND {t}.worker_id = (SELECT %(worker)s::varchar)"""
+
+
+def _at(t: str, array: str, ids: str) -> str:
+    """Row {t}'s element of the bound array `array` (with its cast): the
+    one at its id's place in the bound ids `ids`, which are in id order
+    (`_in_id_order`)."""
+    return f"({array})[width_bucket({t}.id, %({ids})s::bigint[])]"
+
+
+def _in_id_order(ids: list[int], *columns: list) -> tuple[list, ...]:
+    """`ids` and the `columns` that go with them, in id order: what `_at`
+    finds its rows' values by. The one place a batch's values are
+    ordered."""
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    return tuple([values[i] for i in order] for values in (ids, *columns))
+
 
 # A batch of lease renewals (`Store.renew_many`): one text whatever the
 # count (arrays, not a VALUES list per size: each size would be a prepared
 # statement of its own, pushing the claim's out of psycopg's cache).
 _RENEW_PG = "UPDATE jobs_job AS j SET lease_until = {until} " + _FENCED.format(
-    t="j", rows="unnest(%(renew_ids)s::bigint[], %(renew_epochs)s::integer[]) AS i (id, epoch)",
-    key="= ANY(%(renew_ids)s::bigint[])") + " RETURNING j.id"
+    t="j", key="= ANY(%(renew_ids)s::bigint[])", epoch=_at("j", "%(renew_epochs)s::integer[]", "renew_ids")) + " RETURNING j.id"
 
 # A tenant's LEASED jobs, counted through `job_leased_expiry` (tenant,
 # lease_until), the one index that holds LEASED rows (migration 0017): that
@@ -221,13 +239,14 @@ _LEASED = "SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.ten
 
 @dataclass(frozen=True)
 class _FinishForm:
-    """How a statement names the jobs it finishes: `rows` (id, epoch,
-    result), `key` (the condition on jobs_job.id) and `load` (what comes off
-    a tenant's lease count: in the same statement the jobs being finished
-    still count as LEASED, one snapshot)."""
+    """How a statement names the jobs it finishes: `key` (the condition on
+    jobs_job.id), `epoch` and `result` (a row's own, on jobs_job AS f) and
+    `load` (what comes off a tenant's lease count: in the same statement the
+    jobs being finished still count as LEASED, one snapshot)."""
 
-    rows: str
     key: str
+    epoch: str
+    result: str
     load: str
 
 
@@ -236,14 +255,15 @@ class _FinishForm:
 # is dearer than reading a table of a few dozen pages.
 _FINISH_FORMS = {
     "one": _FinishForm(
-        rows="(VALUES (%(finish_id)s::bigint, %(finish_epoch)s::integer, %(finish_result)s::text)) AS i (id, epoch, result)",
         key="= %(finish_id)s::bigint",
+        epoch="%(finish_epoch)s::integer",
+        result="%(finish_result)s::text",
         load="- (CASE WHEN t.tenant = %(finish_tenant)s THEN 1 ELSE 0 END)",
     ),
     "many": _FinishForm(
-        rows="unnest(%(finish_ids)s::bigint[], %(finish_epochs)s::integer[], %(finish_results)s::text[]) "
-             "AS i (id, epoch, result)",
         key="= ANY(%(finish_ids)s::bigint[])",
+        epoch=_at("f", "%(finish_epochs)s::integer[]", "finish_ids"),
+        result=_at("f", "%(finish_results)s::text[]", "finish_ids"),
         load="- cardinality(array_positions(%(finish_tenants)s::varchar[], t.tenant))",
     ),
 }
@@ -543,23 +563,34 @@ def _checked(limit: int, tenants) -> list[str] | None:
 def finish_pg(*, worker: str, clock: Clock, finish: Finishes) -> set[int]:
     """Mark `finish` DONE in one statement (PostgreSQL); returns the ids
     written (the others had lost their fence)."""
+    with connection.cursor() as cursor:
+        pooling.execute(cursor, *_finish_statement(worker, clock, finish))
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _finish_statement(worker: str, clock: Clock, finish: Finishes) -> tuple[str, "_Params"]:
+    """`finish_pg`'s statement and its parameters."""
     params = _Params(worker=worker)
     form = _bind_finishes(params, finish)
     sql = "WITH " + _finish_sql(params.clock(clock, 0, "now"), form).rstrip().rstrip(",")
-    with connection.cursor() as cursor:
-        pooling.execute(cursor, sql + " SELECT id FROM finished", params)
-        return {row[0] for row in cursor.fetchall()}
+    return sql + " SELECT id FROM finished", params
 
 
 def renew_pg(*, worker: str, clock: Clock, ttl: float, ids: list[int], epochs: list[int]) -> set[int]:
     """Extend the leases of the jobs `ids`, each fenced by its epoch in
     `epochs`, to now + ttl, in one statement (PostgreSQL); returns the ids
     renewed (the others had lost their fence, or are gone)."""
-    params = _Params(worker=worker, renew_ids=_int_array(ids), renew_epochs=_int_array(epochs))
-    sql = _compact(_RENEW_PG.replace("{until}", params.clock(clock, ttl, "until")))
     with connection.cursor() as cursor:
-        pooling.execute(cursor, sql, params)
+        pooling.execute(cursor, *_renew_statement(worker, clock, ttl, ids, epochs))
         return {row[0] for row in cursor.fetchall()}
+
+
+def _renew_statement(worker: str, clock: Clock, ttl: float, ids: list[int],
+                     epochs: list[int]) -> tuple[str, "_Params"]:
+    """`renew_pg`'s statement and its parameters."""
+    ids, epochs = _in_id_order(ids, epochs)
+    params = _Params(worker=worker, renew_ids=_int_array(ids), renew_epochs=_int_array(epochs))
+    return _compact(_RENEW_PG.replace("{until}", params.clock(clock, ttl, "until"))), params
 
 
 def _bind_finishes(params: "_Params", finish: Finishes | None) -> str | None:
@@ -571,8 +602,9 @@ def _bind_finishes(params: "_Params", finish: Finishes | None) -> str | None:
         params.update(finish_id=finish.ids[0], finish_epoch=finish.epochs[0], finish_result=finish.results[0],
                       finish_tenant=finish.tenants[0])
         return "one"
-    params.update(finish_ids=_int_array(finish.ids), finish_epochs=_int_array(finish.epochs),
-                  finish_results=list(finish.results), finish_tenants=list(finish.tenants))
+    ids, epochs, results, tenants = _in_id_order(finish.ids, finish.epochs, finish.results, finish.tenants)
+    params.update(finish_ids=_int_array(ids), finish_epochs=_int_array(epochs), finish_results=results,
+                  finish_tenants=tenants)
     return "many"
 
 
@@ -585,8 +617,9 @@ def _int_array(values) -> str:
 
 
 def _finish_sql(now: str, form: str) -> str:
-    fenced = _FENCED.format(t="f", rows=_FINISH_FORMS[form].rows, key=_FINISH_FORMS[form].key)
-    return _FINISH_PG.format(now=now, fenced=fenced, finish_key=_FINISH_FORMS[form].key)
+    shape = _FINISH_FORMS[form]
+    fenced = _FENCED.format(t="f", key=shape.key, epoch=shape.epoch)
+    return _FINISH_PG.format(now=now, fenced=fenced, finish_key=shape.key, result=shape.result)
 
 
 def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None) -> tuple[list[Job], set[int]]:

@@ -181,6 +181,29 @@ def in_thread(target):
     return thread, outcome
 
 
+@contextmanager
+def auto_explained(*settings: str):
+    """A transaction in which PostgreSQL's auto_explain reports the plan of
+    every statement run, as a notice: yields the list each plan's text is
+    added to. `settings` are more `SET LOCAL` settings (auto_explain's own
+    options, a plan cache mode)."""
+    from django.db import connection, transaction
+
+    plans: list[str] = []
+    connection.ensure_connection()
+    handler = lambda diagnostic: plans.append(diagnostic.message_primary or "")  # noqa: E731
+    connection.connection.add_notice_handler(handler)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("LOAD 'auto_explain'")
+            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                            "client_min_messages = notice", *settings):
+                cursor.execute(f"SET LOCAL {setting}")
+            yield plans
+    finally:
+        connection.connection.remove_notice_handler(handler)
+
+
 def explained(sql: str, params, *, settings: tuple[str, ...] = ()) -> list[dict]:
     """Every node of `sql`'s plan as PostgreSQL runs it (EXPLAIN ANALYZE,
     FORMAT JSON), in a transaction that is rolled back: what it would write

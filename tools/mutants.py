@@ -140,8 +140,7 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/store.py", "        if target != State.LEASED:", "        if True:", after="    def _fenced("),),
         ("tests/jobs/test_store.py::test_a_renewal_keeps_the_claim_s_time_which_the_attempt_s_row_records",)),
     Mutant("batch-finish-claim-time", "a batch's finish records each attempt's claim time, read before it moves", (
-        Edit("jobs/claim.py", "        FROM finished AS d JOIN claims AS c ON c.id = d.id", "        FROM finished AS d JOIN "
-             "(SELECT id, updated_at FROM finished) AS c ON c.id = d.id"),),
+        Edit("jobs/claim.py", "               c.claimed_at[width_bucket(d.id, c.ids)]", "               d.updated_at"),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
         postgres=True),
     Mutant("claim-limit-unread", "a batch claim walks the claim index in order whatever the statistics", (
@@ -186,11 +185,17 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_scale_pg.py::test_the_pruner_plans_its_statements_once_not_on_every_call",),
         postgres=True),
     Mutant("fence-epoch-batch", "a batch's finishes and lease renewals check each job's lease epoch", (
-        Edit("jobs/claim.py", "AND {t}.lease_epoch = i.epoch ", ""),), _BATCH_FENCE_TESTS, postgres=True),
+        Edit("jobs/claim.py", "AND {t}.lease_epoch = {epoch}", "AND true"),), _BATCH_FENCE_TESTS, postgres=True),
     Mutant("fence-worker-batch", "a batch's finishes and lease renewals check the worker id", (
-        Edit("jobs/claim.py", "AND {t}.worker_id = i.worker_id", ""),), _BATCH_FENCE_TESTS, postgres=True),
+        Edit("jobs/claim.py", "AND {t}.worker_id = (SELECT %(worker)s::varchar)", "AND true"),), _BATCH_FENCE_TESTS,
+        postgres=True),
+    Mutant("batch-values-unordered", "each row of a batch's finish or renewal finds its own epoch and result", (
+        Edit("jobs/claim.py", "    order = sorted(range(len(ids)), key=ids.__getitem__)", "    order = range(len(ids))"),),
+        ("tests/jobs/test_claim_scale_pg.py::"
+         "test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_whatever_the_statistics",),
+        postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
-        Edit("jobs/claim.py", "AND {t}.state = i.state AND {t}.lease_epoch", "AND {t}.lease_epoch"),),
+        Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
         Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",

@@ -8,18 +8,20 @@ import json
 import multiprocessing
 import re
 import threading
+from datetime import timedelta
 from importlib import import_module
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test import override_settings
+from django.utils import timezone
 
 from jobs import claim as claim_sql
 from jobs.clock import Clock
 from jobs.errors import Conflict
 from jobs.models import Job, JobEvent, ReadyTenant
 from jobs.store import JobSpec, Store, _finishes
-from tests.support import explained, in_processes, plan_nodes, wait_for
+from tests.support import auto_explained, explained, in_processes, plan_nodes, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -315,20 +317,9 @@ def test_the_pruner_plans_its_statements_once_not_on_every_call(store):
     plan each statement ran with: a kept plan reads the array as a
     parameter, a plan made for the call has it written in."""
     store.enqueue_many(JobSpec(t, "k") for t in ("a", "b"))
-    plans: list[str] = []
-    connection.ensure_connection()
-    handler = lambda diagnostic: plans.append(diagnostic.message_primary or "")  # noqa: E731
-    connection.connection.add_notice_handler(handler)
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("LOAD 'auto_explain'")
-            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                            "auto_explain.log_level = notice", "client_min_messages = notice"):
-                cursor.execute(f"SET LOCAL {setting}")
-            for names in (["a", "gone"], ["b"], ["a"]):  # (tenants with work: nothing is deleted)
-                cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [names])
-    finally:
-        connection.connection.remove_notice_handler(handler)
+    with auto_explained("auto_explain.log_nested_statements = on") as plans, connection.cursor() as cursor:
+        for names in (["a", "gone"], ["b"], ["a"]):  # (tenants with work: nothing is deleted)
+            cursor.execute("SELECT jobs_readytenant_prune(%s::varchar[])", [names])
     inner = [plan for plan in plans if "jobs_readytenant_prune(" not in plan.split("\n", 2)[1]]
     assert len(inner) == 6, plans  # the lock and the delete, three calls
     assert all(re.search(r"ANY \(\(\$\d+\)", plan) and "ANY ('{" not in plan for plan in inner), "\n\n".join(inner)
@@ -627,23 +618,12 @@ def test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run(monkeypatc
     store.enqueue_many(JobSpec(f"t{i % 30:03d}", f"k{i:04d}") for i in range(300))
     monkeypatch.setattr(claim_sql.chance.rng, "random", lambda: 0.02)
     claim_sql._last_seen.one_tenant = False
-    plans: list[str] = []
-    connection.ensure_connection()
-    handler = lambda diagnostic: plans.append(diagnostic.message_primary or "")  # noqa: E731
-    connection.connection.add_notice_handler(handler)
-    try:
-        with override_settings(JOBS_TENANT_LEASE_CAP=cap), transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("LOAD 'auto_explain'")
-            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                            "auto_explain.log_verbose = on", "auto_explain.log_level = notice",
-                            "client_min_messages = notice"):
-                cursor.execute(f"SET LOCAL {setting}")
-            jobs, lost = store.claim_batch("w-named", limit=limit), []
-            for n in range(7):
-                jobs, lost = store.finish_and_claim("w-named", [(job, {"n": n}) for job in jobs], limit=limit)
-                assert jobs and lost == []
-    finally:
-        connection.connection.remove_notice_handler(handler)
+    with override_settings(JOBS_TENANT_LEASE_CAP=cap), auto_explained(
+            "auto_explain.log_nested_statements = on", "auto_explain.log_verbose = on") as plans:
+        jobs, lost = store.claim_batch("w-named", limit=limit), []
+        for n in range(7):
+            jobs, lost = store.finish_and_claim("w-named", [(job, {"n": n}) for job in jobs], limit=limit)
+            assert jobs and lost == []
     # (Each plan's second line is its statement: the claim's, inside the function.)
     claims = [plan for plan in plans if "claimed AS (UPDATE jobs_job AS j " in plan.split("\n", 2)[1]]
     assert len(claims) >= 8, "\n\n".join(plans)
@@ -855,3 +835,41 @@ def test_a_new_connection_turns_jit_off_where_its_session_is_its_own(overrides, 
             assert cursor.fetchone()[0] == (jit if jit == "off" else server)
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize("write", ["finish", "renewal"])
+def test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_whatever_the_statistics(write):
+    """Statistics that give the job table pages but no rows — a VACUUM of a
+    drained queue that could not shorten the table — then a batch of 100
+    leases, given back in no particular order. The batch's finish (and a
+    renewal of its leases) joined the batch's ids to the table: under these
+    statistics its generic plan was a nested loop that went through all
+    100 ids for each of the 100 rows (10,000 rows handled; 4.0 ms for the
+    finish instead of 1.4 — a bench row ran at half speed). Each row now
+    finds its own values by its place among the ids: auto_explain shows no
+    node of the statement's generic plan handling more rows than a few
+    times the batch, and every job gets its own outcome."""
+    store = Store()
+    store.enqueue_many(JobSpec("drained", f"d{i:05d}") for i in range(3000))
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_jobsearch; DELETE FROM jobs_jobevent; DELETE FROM jobs_job")
+        cursor.execute("VACUUM (TRUNCATE false) jobs_job")
+        cursor.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'jobs_job'")
+        rows, pages = cursor.fetchone()
+    assert rows == 0 and pages > 10  # the statistics this is about
+    store.enqueue_many(JobSpec("t", f"k{i:04d}") for i in range(300))
+    jobs = store.claim_batch("w", limit=100)[::-1]
+    with auto_explained("plan_cache_mode = force_generic_plan", "auto_explain.log_analyze = on",
+                        "auto_explain.log_timing = off", "auto_explain.log_format = json") as plans:
+        if write == "finish":
+            assert store.finish_many("w", [(job, {"n": job.id}) for job in jobs]) == []
+        else:
+            assert store.renew_many("w", jobs, ttl=600) == {job.id for job in jobs}
+    [plan] = [json.loads(p.split("plan:", 1)[1]) for p in plans if "UPDATE jobs_job AS" in p]
+    handled = max((node["Actual Rows"] * node["Actual Loops"], node["Node Type"]) for node in plan_nodes(plan["Plan"]))
+    assert handled[0] <= 3 * len(jobs), handled
+    if write == "finish":
+        assert all(job.result == {"n": job.id} for job in Job.objects.filter(state="DONE")), "a job took another's result"
+        assert Job.objects.filter(state="DONE").count() == len(jobs)
+    else:
+        assert Job.objects.filter(state="LEASED", lease_until__gt=timezone.now() + timedelta(seconds=300)).count() == len(jobs)
