@@ -26,7 +26,8 @@ def delete_tenants(tenants: list[str]) -> None:
         chunk = tenants[start : start + 1000]
         with transaction.atomic(), connection.cursor() as cursor:
             tenants_sql, params = in_list(chunk)
-            jobs, job_params = f"IN (SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql}))", params
+            ids = f"SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})"
+            jobs, job_params = f"IN ({ids})", params
             if connection.vendor == "postgresql":
                 # The ids as one array constant, not a subquery or a set to
                 # join: the bench vacuums between rows, so the statistics of
@@ -35,7 +36,7 @@ def delete_tenants(tenants: list[str]) -> None:
                 # for each of the table's rows — a delete of 100,000 search
                 # rows ran for minutes. `= ANY` of a constant is a filter or
                 # an index condition, hashed once, whatever the estimates.
-                cursor.execute(f"SELECT id FROM {Job._meta.db_table} WHERE tenant IN ({tenants_sql})", params)
+                cursor.execute(ids, params)
                 jobs, job_params = "= ANY(%s::bigint[])", [[row[0] for row in cursor.fetchall()]]
             for table in (JobEvent._meta.db_table, JobSearch._meta.db_table, ReviewDeadline._meta.db_table):
                 cursor.execute(f"DELETE FROM {table} WHERE job_id {jobs}", job_params)

@@ -6,11 +6,13 @@ from unittest import mock
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from proving import bench
 from proving.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
-from jobs.models import Job, JobSearch
-from jobs.store import Store
+from proving.bench_common import delete_tenants
+from jobs.models import Job, JobEvent, JobSearch
+from jobs.store import JobSpec, Store
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -225,11 +227,6 @@ def test_removing_a_tenant_s_rows_joins_nothing_even_where_the_statistics_call_t
     a quick bench hung eight minutes removing 100,000 search rows. Each
     delete must name the ids in a way no estimate can turn into a join —
     and remove that tenant's rows, and no one else's."""
-    from django.test.utils import CaptureQueriesContext
-    from jobs.models import JobEvent
-    from jobs.store import JobSpec
-    from proving.bench_common import delete_tenants
-
     store = Store()
     bench._vacuum()  # the tables as the bench leaves them between rows: empty, just vacuumed
     store.enqueue_many([JobSpec(bench.TENANT_E2E, f"e2e-{i:05d}") for i in range(3000)])
