@@ -34,9 +34,9 @@ from datetime import timedelta
 from django.db.models import Q, QuerySet
 
 from .actions import action_spec
-from .models import JobSearch
+from .models import Job, JobSearch
 
-__all__ = ["search_text_for", "jobs_matching", "jobs_with_key_prefix", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
+__all__ = ["search_text_for", "search_text_of_new", "jobs_matching", "jobs_with_key_prefix", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,25 +49,43 @@ AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "3d": timedelta(days=
 _TEXT_MAX = 4000
 
 
-def _declared_texts(job) -> list[str]:
-    spec = action_spec(job.action)
+def _declared_texts(action: str, payload, job) -> list[str]:
+    """The texts `action` declares searchable; `job()` gives the job, for an
+    action that computes them from it."""
+    spec = action_spec(action)
     if spec is None or not spec.searchable:
         return []
     if callable(spec.searchable):
+        made = job()
         try:
-            return [str(t) for t in (spec.searchable(job) or []) if t]
+            return [str(t) for t in (spec.searchable(made) or []) if t]
         except Exception:  # noqa: BLE001 - a search hint must never stop a job from being created
-            logger.warning("action %s: its searchable texts could not be computed for %s/%s", job.action,
-                           job.tenant, job.key, exc_info=True)
+            logger.warning("action %s: its searchable texts could not be computed for %s/%s", action,
+                           made.tenant, made.key, exc_info=True)
             return []
-    payload = job.payload if isinstance(job.payload, dict) else {}
+    payload = payload if isinstance(payload, dict) else {}
     return [str(payload[name]) for name in spec.searchable if payload.get(name) not in (None, "")]
 
 
 def search_text_for(job, *, proposed_by: str = "", rationale: str = "") -> str:
     """The case-folded text the search reads for `job` (unsaved or saved)."""
-    parts = [job.key, f"{job.subject_type}:{job.subject_id}" if job.subject_type else job.subject_id,
-             proposed_by, rationale, *_declared_texts(job)]
+    return _search_text(job.key, job.subject_type, job.subject_id, [proposed_by, rationale],
+                        _declared_texts(job.action, job.payload, lambda: job))
+
+
+def search_text_of_new(*, tenant: str, key: str, action: str, subject_type: str, subject_id: str, payload: dict,
+                       proposed_by: str = "") -> str:
+    """`search_text_for` the job these fields will make (a bulk enqueue),
+    building it only for an action that computes its texts from a job."""
+    def job():
+        return Job(tenant=tenant, key=key, action=action, subject_type=subject_type, subject_id=subject_id,
+                   payload=payload)
+
+    return _search_text(key, subject_type, subject_id, [proposed_by], _declared_texts(action, payload, job))
+
+
+def _search_text(key: str, subject_type: str, subject_id: str, given: list[str], declared: list[str]) -> str:
+    parts = [key, f"{subject_type}:{subject_id}" if subject_type else subject_id, *given, *declared]
     return "\n".join(p for p in parts if p).casefold()[:_TEXT_MAX]
 
 

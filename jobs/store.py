@@ -31,7 +31,7 @@ from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
 from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
-from .search import search_text_for
+from .search import search_text_for, search_text_of_new
 from .selectors import expired_leases, is_eligible, lease_expired, waits_due
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
@@ -39,8 +39,11 @@ from .validation import CheckedJob, describe_exception, job_validate, json_probl
 __all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "DEFAULT_TTL"]
 
 DEFAULT_TTL = 30.0
-# PostgreSQL accepts at most 65,535 parameters per statement.
+# Jobs per statement of `enqueue_many` (on SQLite, 13 parameters each).
 _ENQUEUE_CHUNK = 4000
+# The PostgreSQL types of `enqueue_many`'s column arrays, in its columns' order.
+_ENQUEUE_ARRAY_TYPES = ("varchar", "varchar", "varchar", "varchar", "varchar", "integer", "jsonb", "smallint",
+                        "timestamptz", "integer", "text")
 
 # Told, in the transaction of the change, that a job entered or left
 # WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review deadlines
@@ -270,36 +273,16 @@ class Store:
         if not specs:
             return 0
         now_sql, now_params = clock.sql()
-        postgres = _is_postgres()
-
-        def typed(name: str) -> str:
-            # (PostgreSQL types a VALUES column from its rows: one of NULLs
-            # only would be text.)
-            return f"::{name}" if postgres else ""
-
-        row = (f"%s, %s, %s, %s, %s, %s{typed('integer')}, %s{typed('jsonb')}, %s{typed('smallint')}, "
-               f"%s{typed('timestamptz')}, %s{typed('integer')}, {now_sql}, %s, %s)")
-        rows, values = [], []  # per spec: its VALUES row and its parameters
-        for n, (s, c) in enumerate(specs):
-            rows.append(f"({n}, {row}")
-            values.append([
-                s.tenant,
-                s.key,
-                s.action,
-                s.subject_type,
-                str(s.subject_id or ""),
-                s.subject_version,
-                c.payload_json,
-                s.priority,
-                adapt(c.run_at) if c.run_at is not None else None,
-                c.max_attempts,
-                *now_params,
-                actor[:200],
-                search_text_for(Job(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
-                                    subject_id=str(s.subject_id or ""), payload=c.payload), proposed_by=actor),
-            ])
+        proposed_by = actor[:200]
+        # Per spec, its values in the order of `columns` but the last three
+        # (the chunk's time and proposer, then its search text).
+        values = [(s.tenant, s.key, s.action, s.subject_type, str(s.subject_id or ""), s.subject_version,
+                   c.payload_json, s.priority, adapt(c.run_at) if c.run_at is not None else None, c.max_attempts,
+                   search_text_of_new(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
+                                      subject_id=str(s.subject_id or ""), payload=c.payload, proposed_by=actor))
+                  for s, c in specs]
         columns = ("tenant, key, action, subject_type, subject_id, subject_version, payload, priority, "
-                   "next_attempt_at, max_attempts, created_at, proposed_by, search_text")
+                   "next_attempt_at, max_attempts, search_text")
         # (The job's values, and its id first when it is known.)
         insert = ("INSERT INTO jobs_job (id, tenant, key, action, subject_type, subject_id, subject_version, "
                   "payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries, lease_epoch, "
@@ -309,14 +292,19 @@ class Store:
                   "proposed_by, search_text FROM {source}")
         event = "'enqueue', '', 'READY', 0, '', %s, '', '{}'"
         with transaction.atomic(), connection.cursor() as cursor:
-            if postgres:
+            if _is_postgres():
                 # One statement: each new key's search row first (its id
                 # drawn from the jobs' sequence, in the chunk's order; a key
                 # that exists is skipped by the unique index, waiting for a
                 # concurrent insert of it to commit or roll back), then the
                 # jobs of the keys that got one, and their creation events.
-                cursor.execute(
-                    f"WITH given (n, {columns}) AS (VALUES {', '.join(rows)}), "
+                # The chunk comes as one array per column: a row of
+                # parameters per job made a statement psycopg took longer to
+                # read than the server to run.
+                arrays = ", ".join(f"%s::{kind}[]" for kind in _ENQUEUE_ARRAY_TYPES)
+                sql = (
+                    f"WITH given AS (SELECT g.*, {now_sql} AS created_at, %s::varchar AS proposed_by "
+                    f"FROM unnest({arrays}) WITH ORDINALITY AS g({columns}, n)), "
                     f"firsts AS (SELECT DISTINCT ON (tenant, key) * FROM given ORDER BY tenant, key, n), "
                     f"numbered AS (SELECT nextval(pg_get_serial_sequence('jobs_job', 'id')) AS id, f.* "
                     f"FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f), "
@@ -325,9 +313,8 @@ class Store:
                     f"ON CONFLICT (tenant, key) DO NOTHING RETURNING job_id), "
                     f"inserted AS ({insert.format(id='id', source='numbered WHERE id IN (SELECT job_id FROM searchable)')} "
                     f"RETURNING id, created_at) "
-                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted",
-                    [*(value for given in values for value in given), actor],
-                )
+                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted")
+                cursor.execute(sql, [*now_params, proposed_by, *map(list, zip(*values)), actor])
                 return cursor.rowcount
             # SQLite: the immediate transaction holds the database's write
             # lock, so the keys found absent here stay absent until it ends.
@@ -346,11 +333,12 @@ class Store:
                     fresh.append(n)
             if not fresh:
                 return 0
+            row = f"{', '.join(['%s'] * len(values[0]))}, {now_sql}, %s)"
             cursor.execute(
-                f"WITH given (n, {columns}) AS (VALUES {', '.join(rows[n] for n in fresh)}) "
+                f"WITH given (n, {columns}, created_at, proposed_by) AS (VALUES {', '.join(f'({n}, {row}' for n in fresh)}) "
                 f"{insert.format(id='NULL', source='given ORDER BY n')} "
                 f"RETURNING id, created_at, tenant, key, search_text",
-                [value for n in fresh for value in values[n]],
+                [value for n in fresh for value in (*values[n], *now_params, proposed_by)],
             )
             inserted = cursor.fetchall()
             cursor.executemany(

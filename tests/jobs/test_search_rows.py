@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from jobs.actions import action
 from jobs.models import Job, JobSearch
 from jobs.retention import retention_sweep
 from jobs.search import jobs_matching
@@ -34,6 +35,35 @@ def by_enqueue_many(store, key):
 def by_the_factory(store, key):
     JobFactory(key=key, action="connectors.send_email", payload=EMAIL, subject_type="company.invoice",
                subject_id="7")
+
+
+@action("test.searched_by_a_function", searchable=lambda job: [f"{job.tenant}/{job.payload['ref']}", job.subject_id])
+def searched_by_a_function(ctx):
+    return None
+
+
+@action("test.searched_by_a_failing_function", searchable=lambda job: [job.payload["missing"]])
+def searched_by_a_failing_function(ctx):
+    return None
+
+
+@pytest.mark.parametrize("name, payload, declared", [
+    ("connectors.send_email", EMAIL, ["zoe@example.org", "your invoice inv-7"]),
+    ("test.searched_by_a_function", {"ref": "R-9"}, ["studio/r-9", "7"]),
+    ("test.searched_by_a_failing_function", {"ref": "R-9"}, []),
+    ("jobs.noop", {"to": "nobody"}, []),
+])
+def test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes(store, name, payload, declared):
+    """`enqueue_many` builds a job for its search text only for an action
+    whose texts a function computes from it; the text is the same either way
+    (a function that fails gives none, and the job is created)."""
+    store.enqueue("studio", "one", action=name, payload=payload, subject_type="company.invoice", subject_id="7")
+    store.enqueue_many([JobSpec("studio", "many", action=name, payload=payload, subject_type="company.invoice",
+                                subject_id="7")], actor="agent:bulk")
+    one, many = (Job.objects.get(key=key) for key in ("one", "many"))
+    assert one.search_text.split("\n") == ["one", "company.invoice:7", *declared]
+    assert many.search_text.split("\n") == ["many", "company.invoice:7", "agent:bulk", *declared]
+    assert JobSearch.objects.get(job_id=many.id).search_text == many.search_text
 
 
 def found(term):
