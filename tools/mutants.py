@@ -194,6 +194,12 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_scale_pg.py::"
          "test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_whatever_the_statistics",),
         postgres=True),
+    Mutant("enqueue-many-keeps-the-last", "a key given twice to enqueue_many keeps its first spec (PostgreSQL)", (
+        Edit("jobs/store.py", "ORDER BY tenant, key, n), ", "ORDER BY tenant, key, n DESC), "),),
+        ("tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given",), postgres=True),
+    Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
+        Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
+        ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
         Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
