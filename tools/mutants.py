@@ -200,6 +200,11 @@ MUTANTS: list[Mutant] = [
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
         ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
+    Mutant("statement-function-seqscan", "a claim function's plan made over an empty table walks the indexes", (
+        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
+             '"SET plan_cache_mode = force_generic_plan"'),),
+        ("tests/jobs/test_claim_scale_pg.py::"
+         "test_a_fair_claim_first_planned_over_an_empty_table_still_walks_the_indexes_once_it_fills",), postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
         Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),

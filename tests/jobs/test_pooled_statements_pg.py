@@ -85,7 +85,7 @@ def test_directly_only_the_fair_claim_is_made_and_it_keeps_its_generic_plan(stor
     [made] = _functions()
     with connection.cursor() as cursor:
         cursor.execute("SELECT proconfig FROM pg_proc WHERE proname = %s", [made])
-        assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan"]
+        assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"]
 
 
 def test_a_statement_a_function_cannot_hold_runs_as_it_is(pooled, caplog):
