@@ -172,8 +172,8 @@ MUTANTS: list[Mutant] = [
          "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws",),
         postgres=True),
     Mutant("fair-claim-replanned", "the fair claim runs with its generic plan whatever the statistics", (
-        Edit("jobs/pooling.py", '_FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan"',
-             '_FUNCTION_SETTINGS = ""'),),
+        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
+             '"SET enable_seqscan = off"'),),
         _FAIR_PLAN_TESTS, postgres=True),
     Mutant("fair-claim-prepared", "directly, the fair claim runs through the function that fixes its plan", (
         Edit("jobs/claim.py", "pooling.execute(cursor, sql, params, generic=generic)",
