@@ -2,6 +2,7 @@
 per column, planned for the chunk it writes."""
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -34,8 +35,6 @@ def test_a_bulk_enqueue_is_planned_for_its_chunk_however_many_small_ones_ran_bef
 def test_a_bulk_enqueue_writes_each_column_as_given(store):
     """The column arrays carry every kind of value a job may hold: NULLs,
     text PostgreSQL's array syntax would have to escape, JSON, times."""
-    from datetime import datetime, timezone
-
     odd = 'a "quoted", {braced} \\ back\\slashed NULL ü'
     at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
     specs = [JobSpec("t", odd, payload={"k": odd, "n": [1, None]}, priority=-32768, run_at=at, max_attempts=9,
