@@ -68,11 +68,13 @@ that can answer it (`job_claim_tenant`; migration 0007 keeps READY rows out of
 step names only the primary key. So the plan does not depend on statistics:
 it is the same on a table loaded a second ago, on one analysed while the
 queue was empty, and on ten million rows.
-Which plan a prepared statement runs with is another matter: PostgreSQL
-weighs its generic plan against one made for each run's values, and the
-fair claim's two estimates are close, so after some statistics changes
-every run was planned anew. The fair claim therefore always runs with its
-generic plan, through a function made for it (`pooling.execute(generic=True)`).
+Which plan a kept statement runs with is another matter: PostgreSQL weighs
+its generic plan against one made for each run's values, and the fair
+claim's two estimates are close, so after some statistics changes every run
+was planned anew; and a plan made while the table was vacuumed to no pages
+reads the whole table, for free then, until the next ANALYZE. Every claim
+statement therefore runs with its generic plan, made without sequential
+scans, through a function made for it (`pooling.execute`).
 
 **Lease cap** (PostgreSQL): a statement counts leases in its own snapshot, so
 two concurrent claims could each see the tenant under its cap. With a cap set
@@ -226,8 +228,8 @@ def _in_id_order(ids: list[int], *columns: list) -> tuple[list, ...]:
 
 
 # A batch of lease renewals (`Store.renew_many`): one text whatever the
-# count (arrays, not a VALUES list per size: each size would be a prepared
-# statement of its own, pushing the claim's out of psycopg's cache).
+# count (arrays, not a VALUES list per size: each size would be a statement
+# and a function of its own).
 _RENEW_PG = "UPDATE jobs_job AS j SET lease_until = {until} " + _FENCED.format(
     t="j", key="= ANY(%(renew_ids)s::bigint[])", epoch=_at("j", "%(renew_epochs)s::integer[]", "renew_ids")) + " RETURNING j.id"
 
@@ -285,12 +287,15 @@ _NO_READY = ("(SELECT r.id FROM jobs_job AS r WHERE r.tenant = {tenant} AND r.st
 
 # The sample: SAMPLE_TENANTS tenants after a random point of the slot order
 # (wrapping around to the start), plus the NEWEST_TENANTS.
-# The random point is a subquery (_SLOT), a value no plan is made for: as a
-# parameter, each of a connection's first five plans (custom ones) was
-# estimated from the point it drew — a low one made the wrap-around part
-# look cheap — and a connection whose five drew low kept planning every
-# claim anew (0.8 ms each, more than the claim), as PostgreSQL keeps the
-# generic plan only when it looks no dearer than the custom ones did.
+# The random point is a subquery (_SLOT), a value no plan is made for. As a
+# parameter of a prepared statement, each of a connection's first five
+# plans (custom ones) was estimated from the point it drew — a low one made
+# the wrap-around part look cheap — and a connection whose five drew low
+# kept planning every claim anew (0.8 ms each, more than the claim), as
+# PostgreSQL keeps the generic plan only when it looks no dearer than the
+# custom ones did. The claims now run with their generic plans (through
+# functions, `pooling.execute`); the subquery still serves a statement no
+# function could be made for, which runs as it is.
 _SLOT = "(SELECT %(slot)s::float8)"
 _TENANTS_SAMPLED = """
     after AS MATERIALIZED (
@@ -642,7 +647,7 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
             return jobs, finished
         finish = None
     jobs, written, population, pruned = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit,
-                                                         cap=cap, finish=finish), generic=True)
+                                                         cap=cap, finish=finish))
     finished |= written
     if not tenants and not cap:
         # (The sample holds every tenant when there are few: one means one.)
@@ -660,7 +665,7 @@ def _claim_pg(worker, clock, ttl, tenants, actions, limit, *, cap=0, finish=None
             # with a job or two): they are out of the table now, and a new
             # sample costs a tenth of the plain claim, which walks the claim
             # index past every entry the drained tenants left.
-            jobs = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit), generic=True)[0]
+            jobs = _run(*_statement(_FAIR_PG, worker, clock, ttl, tenants, actions, limit))[0]
     if not jobs and not cap:
         # (The finishes were written by the first statement.)
         jobs = _run(*_statement(_GLOBAL_PG, worker, clock, ttl, tenants, actions, limit))[0]
@@ -711,7 +716,7 @@ _CAP_TRY_LOCKS = (
     "ordered AS MATERIALIZED (SELECT tenant, row_number() OVER () AS position FROM candidates), "
     "locked AS MATERIALIZED ("
     "SELECT o.tenant FROM (SELECT tenant, position FROM ordered ORDER BY position OFFSET 0) AS o "
-    "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) "
+    f"WHERE pg_try_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(o.tenant)) LIMIT {{want}}) "
     "SELECT o.tenant, o.tenant IN (SELECT tenant FROM locked) AS got FROM ordered AS o ORDER BY o.position"
 )
 _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
@@ -719,11 +724,13 @@ _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 def _try_locks(sql: str, params: dict, want: int) -> list[tuple[str, bool]]:
     # In psycopg's pipeline mode the transaction's BEGIN travels with the
-    # statement: one round trip for both.
+    # statement: one round trip for both (its function is made before).
     connection.ensure_connection()
-    with connection.connection.pipeline(), connection.cursor() as cursor:
-        cursor.execute(_CAP_TRY_LOCKS.format(query=sql, want=int(want)),
-                       {**params, "cap_namespace": _CAP_LOCK_NAMESPACE})
+    sql = _CAP_TRY_LOCKS.format(query=sql, want=int(want))
+    sent = pooling.call(sql, params)
+    with (pooling.forgetting_dropped(sql, params), connection.connection.pipeline(),
+          connection.cursor() as cursor):
+        cursor.execute(sent, params)
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
@@ -814,18 +821,14 @@ def _compact(sql: str) -> str:
     return " ".join(re.sub(r"--[^\n]*", "", sql).split()).replace("( ", "(").replace(" )", ")")
 
 
-def _run(sql: str, params: dict, *, generic: bool = False) -> tuple[list[Job], set[int], int | None, int]:
+def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None, int]:
     """Run a claim statement: the jobs it leased, the ids of the finishes it
     wrote (with `finish`), how many tenants with READY work it saw (the
     fair claim: its sample's size; the one-tenant claim: up to two) and how
-    many drained tenants it took out of the sample (the fair claim).
-    `generic`: always with its generic plan (the fair claim, whose custom
-    and generic estimates are close: `pooling.execute`). The one-tenant and
-    plain claims kept one plan through every statistics change measured, as
-    prepared statements, which cost a few percent less than a function."""
+    many drained tenants it took out of the sample (the fair claim)."""
     with connection.cursor() as cursor:
         _fast_datetimes(cursor)
-        pooling.execute(cursor, sql, params, generic=generic)
+        pooling.execute(cursor, sql, params)
         rows = cursor.fetchall()
     claimed, finished, population, pruned = [], set(), None, 0
     for row in rows:

@@ -16,6 +16,7 @@ setting — never running at a fraction of the speed with errors:
   connections causes (`prepared_statement_error`), whichever query meets it.
 """
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -24,6 +25,7 @@ import secrets
 import sys
 from datetime import datetime
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, connections, transaction
 
@@ -112,26 +114,29 @@ def on_task_executed(sender, task=None, **kwargs) -> None:
 
 # ---------------------------------------------------------------- plans kept on the server
 
-# Behind a transaction-mode pooler nothing may be prepared on a connection
-# (the next transaction may run on another), so PostgreSQL would plan the
-# claim — a statement of a dozen subqueries — anew on every job: with the
-# pooler, a third of a worker's server time. A PL/pgSQL function keeps the
-# plans of its statements in each server process that runs it, whichever
-# client calls it; so in that mode `execute` runs each claim statement
-# through a function made for its text (`jobs_stmt_<digest>`, created on
-# first use, by whichever worker needs it first). Directly, so does the fair
-# claim, for the plan it runs with (`_FUNCTION_SETTINGS`). The digest covers
-# the text, the parameters' types, the job table's columns and the
-# function's settings, so a statement, schema or setting that changes gets
-# a new function; old ones are inert, and any
-# may be dropped at any time (it is made again on the next claim that needs
-# it, after that claim failed once).
+# Every claim statement (the claims, a batch's finish, the lease renewals)
+# runs through a PL/pgSQL function made for its text (`jobs_stmt_<digest>`,
+# created on first use, by whichever worker needs it first), for the plan it
+# runs with (`_FUNCTION_SETTINGS`, below) and for where that plan is kept:
+# - behind a transaction-mode pooler nothing may be prepared on a connection
+#   (the next transaction may run on another), so PostgreSQL would plan the
+#   claim — a statement of a dozen subqueries — anew on every job: with the
+#   pooler, a third of a worker's server time. A function keeps the plans of
+#   its statements in each server process that runs it, whichever client
+#   calls it;
+# - directly, psycopg's prepared statements would keep a plan too, but one
+#   made with the session's settings: see `_FUNCTION_SETTINGS`.
+# The digest covers the text, the parameters' types, the job table's columns
+# and the function's settings, so a statement, schema or setting that
+# changes gets a new function; old ones are inert, and any may be dropped at
+# any time (it is made again on the next claim that needs it, after that
+# claim failed once).
 
 _PARAM = re.compile(r"%\((\w+)\)s")
-# (text, parameter types) → what to send: the call of its function, or the
+# (names, text, parameter types) → what to send: the call of its function, or the
 # text itself where PostgreSQL could not type the statement (it then runs as
 # it is).
-_calls: dict[tuple[str, tuple[str, ...]], str] = {}
+_calls: dict[tuple[tuple[str, ...], str, tuple[str, ...]], str] = {}
 # text → its parameters' names, in order of first use.
 _names: dict[str, tuple[str, ...]] = {}
 
@@ -146,52 +151,66 @@ _names: dict[str, tuple[str, ...]] = {}
 # statements sent this way are written so that their generic plan is the
 # right one at any statistics (tests/jobs/test_claim_scale_pg.py) — but one:
 # a table vacuumed to no pages, whose sequential scan the planner takes for
-# free. A worker idle over an empty queue planned its fair claim so, and kept
-# that plan after the queue filled, until the table's next ANALYZE: each of
-# its claims read the whole table (22.6 ms with 20,000 jobs, against 0.8).
-# These statements are written for the claim indexes; none needs a
+# free. A worker idle over an empty queue planned its claims so, and kept
+# those plans after the queue filled, until the table's next ANALYZE: each
+# of its claims read the whole table (the fair claim 22.6 ms with 20,000
+# jobs, against 0.8; the one-tenant claim, then a prepared statement whose
+# generic plan PostgreSQL had chosen after five idle runs, 7.8 ms against
+# 0.27). These statements are written for the claim indexes; none needs a
 # sequential scan of a large table.
 _FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"
 
 logger = logging.getLogger("jobs.pooling")
 
 
-def execute(cursor, sql: str, params: dict, *, generic: bool = False) -> None:
-    """`cursor.execute(sql, params)` — through a server-side function made
-    for `sql` (see above) when DATABASE_POOL_MODE=transaction, or when
-    `generic`: a statement whose plan must not follow the statistics (the
-    fair claim). Directly the others run as psycopg's prepared statements,
-    whose plans PostgreSQL keeps as well, a few percent cheaper than a
-    function call. `sql` names its parameters (`%(name)s`)."""
-    if not generic and getattr(settings, "DATABASE_POOL_MODE", "direct") != "transaction":
-        cursor.execute(sql, params)
-        return
+def execute(cursor, sql: str, params: dict) -> None:
+    """`cursor.execute(sql, params)`, through a server-side function made
+    for `sql` (see above). `sql` names its parameters (`%(name)s`)."""
+    with forgetting_dropped(sql, params):
+        cursor.execute(call(sql, params), params)
+
+
+def call(sql: str, params: dict) -> str:
+    """What to send for `sql` with `params`: the call of its function (made
+    first if missing), or `sql` itself where PostgreSQL could not type the
+    statement. To send in psycopg's pipeline mode, which cannot make a
+    function (`execute` otherwise), inside `forgetting_dropped`."""
+    key = _key(sql, params)
+    sent = _calls.get(key)
+    if sent is None:
+        function = _function_for(sql, key[0], key[2])
+        if function is None:
+            sent = sql
+        else:
+            name, types = function
+            sent = f"SELECT * FROM {name}({', '.join(f'%({p})s::{k}' for p, k in zip(key[0], types))})"
+        # Known from now on once it is committed: made inside a transaction
+        # that is rolled back, it is gone again.
+        transaction.on_commit(lambda: _calls.__setitem__(key, sent))
+    return sent
+
+
+@contextlib.contextmanager
+def forgetting_dropped(sql: str, params: dict):
+    """Around sending `call(sql, params)`: a function dropped meanwhile
+    fails this call, and is made again on the next."""
+    try:
+        yield
+    except (DatabaseError, psycopg.Error) as exc:
+        if "42883" in (getattr(exc, "sqlstate", None), getattr(exc.__cause__, "sqlstate", None)):
+            _calls.pop(_key(sql, params), None)
+        raise
+
+
+def _key(sql: str, params: dict) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """`sql`'s parameters' names in order of first use, the text, and the
+    parameters' types."""
     names = _names.get(sql)
     if names is None:
         if len(_names) >= 256:
             _names.clear()
         names = _names[sql] = tuple(dict.fromkeys(_PARAM.findall(sql)))
-    key = (sql, tuple([_pg_type(params[name]) for name in names]))
-    call = _calls.get(key)
-    if call is None:
-        function = _function_for(sql, names, key[1])
-        if function is None:
-            call = sql
-        else:
-            name, types = function
-            call = f"SELECT * FROM {name}({', '.join(f'%({p})s::{k}' for p, k in zip(names, types))})"
-        # Known from now on once it is committed: made inside a transaction
-        # that is rolled back, it is gone again.
-        transaction.on_commit(lambda: _calls.__setitem__(key, call))
-    if call is sql:
-        cursor.execute(sql, params)
-        return
-    try:
-        cursor.execute(call, params)
-    except DatabaseError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "42883":  # dropped meanwhile: made again next time
-            _calls.pop(key, None)
-        raise
+    return names, sql, tuple([_pg_type(params[name]) for name in names])
 
 
 def _function_for(sql: str, names: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, list[str]] | None:

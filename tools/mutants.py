@@ -123,6 +123,8 @@ def _fence_mutants() -> list[Mutant]:
 
 # The fair claim's plan: the test that reads it run after run (auto_explain).
 _FAIR_PLAN_TESTS = ("tests/jobs/test_claim_scale_pg.py::test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run",)
+_EMPTY_TABLE_TESTS = ("tests/jobs/test_claim_scale_pg.py::"
+                      "test_a_claim_planned_over_an_empty_table_still_walks_the_indexes_once_it_fills",)
 # The batch fence (jobs.claim._FENCED) serves both the batch finish and the
 # lease renewals: a mutant of it must be caught through each.
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
@@ -166,19 +168,16 @@ MUTANTS: list[Mutant] = [
     Mutant("jit-left-on", "the application's connections run without PostgreSQL's JIT", (
         Edit("jobs/pooling.py", 'cursor.execute("SET jit = off")', 'cursor.execute("SELECT 1")'),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_estimated_dear_is_not_jit_compiled",), postgres=True),
-    Mutant("claim-slot-planned", "the sample's random point is a value no claim plan is made for", (
-        Edit("jobs/claim.py", '_SLOT = "(SELECT %(slot)s::float8)"', '_SLOT = "%(slot)s"'),),
-        ("tests/jobs/test_claim_scale_pg.py::"
-         "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws",),
-        postgres=True),
     Mutant("fair-claim-replanned", "the fair claim runs with its generic plan whatever the statistics", (
         Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
              '"SET enable_seqscan = off"'),),
         _FAIR_PLAN_TESTS, postgres=True),
-    Mutant("fair-claim-prepared", "directly, the fair claim runs through the function that fixes its plan", (
-        Edit("jobs/claim.py", "pooling.execute(cursor, sql, params, generic=generic)",
-             "pooling.execute(cursor, sql, params)"),),
-        _FAIR_PLAN_TESTS, postgres=True),
+    Mutant("claims-prepared", "directly, the claims run through the functions that fix their plans", (
+        Edit("jobs/pooling.py", "    for `sql` (see above). `sql` names its parameters (`%(name)s`).\"\"\"\n",
+             "    for `sql` (see above). `sql` names its parameters (`%(name)s`).\"\"\"\n"
+             "    if settings.DATABASE_POOL_MODE != 'transaction':\n        return cursor.execute(sql, params)\n"),),
+        (*_FAIR_PLAN_TESTS, *_EMPTY_TABLE_TESTS, "tests/jobs/test_claim_scale_pg.py::"
+         "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws"), postgres=True),
     Mutant("prune-replanned", "the sample pruner keeps its generic plans", (
         Edit("jobs/migrations/0023_prune_planned_once.py", 'SET plan_cache_mode = force_generic_plan"',
              'RESET plan_cache_mode"'),),
@@ -203,8 +202,7 @@ MUTANTS: list[Mutant] = [
     Mutant("statement-function-seqscan", "a claim function's plan made over an empty table walks the indexes", (
         Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
              '"SET plan_cache_mode = force_generic_plan"'),),
-        ("tests/jobs/test_claim_scale_pg.py::"
-         "test_a_fair_claim_first_planned_over_an_empty_table_still_walks_the_indexes_once_it_fills",), postgres=True),
+        _EMPTY_TABLE_TESTS, postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
         Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),

@@ -1,7 +1,8 @@
-"""Behind a transaction-mode pooler nothing can be prepared on a connection,
-so the claim statements run through PL/pgSQL functions made for them
-(`jobs.pooling.execute`), whose plans each server process keeps; directly,
-the fair claim does, for its generic plan."""
+"""The claim statements run through PL/pgSQL functions made for them
+(`jobs.pooling.execute`), whose plans each server process keeps: behind a
+transaction-mode pooler nothing can be prepared on a connection, and
+directly a prepared statement's plan follows the session's settings, where
+the functions keep their generic plans, made without sequential scans."""
 
 import logging
 
@@ -72,20 +73,25 @@ def test_behind_the_pooler_the_claim_and_the_finish_run_through_functions_made_f
     assert Job.objects.get(pk=third.pk).state == State.DONE
 
 
-def test_directly_only_the_fair_claim_is_made_and_it_keeps_its_generic_plan(store, settings):
+def test_directly_every_claim_runs_through_a_function_that_keeps_its_generic_plan(store, settings):
     settings.DATABASE_POOL_MODE = "direct"
     store.enqueue("t1", "k1")
-    claim_sql._last_seen.one_tenant = True  # the one-tenant claim, a prepared statement
+    claim_sql._last_seen.one_tenant = True  # the one-tenant claim
     [job], _ = store.finish_and_claim("w1", [], limit=1)
+    [one_tenant] = _functions()
     store.finish_many("w1", [(job, None)])
-    assert _functions() == set()
     store.enqueue_many(JobSpec(tenant, "k2") for tenant in ("t1", "t2"))
     claim_sql._last_seen.one_tenant = False  # the fair claim
-    [job], _ = store.finish_and_claim("w1", [], limit=1)
-    [made] = _functions()
+    with CaptureQueriesContext(connection) as claims:
+        [job], _ = store.finish_and_claim("w1", [], limit=1)
+    sent = [q["sql"] for q in claims.captured_queries]
+    assert sent and not [sql for sql in sent if sql.startswith("WITH")], "a claim statement was sent as it is"
+    assert [sql for sql in sent if sql.startswith("SELECT * FROM jobs_stmt_")]
+    made = _functions()
+    assert len(made) == 3 and one_tenant in made  # (+ the batch finish, the fair claim)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT proconfig FROM pg_proc WHERE proname = %s", [made])
-        assert cursor.fetchone()[0] == ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"]
+        cursor.execute("SELECT DISTINCT proconfig FROM pg_proc WHERE proname LIKE 'jobs_stmt_%%'")
+        assert cursor.fetchall() == [(["plan_cache_mode=force_generic_plan", "enable_seqscan=off"],)]
 
 
 def test_a_statement_a_function_cannot_hold_runs_as_it_is(pooled, caplog):
