@@ -727,9 +727,7 @@ def _try_locks(sql: str, params: dict, want: int) -> list[tuple[str, bool]]:
     # statement: one round trip for both (its function is made before).
     connection.ensure_connection()
     sql = _CAP_TRY_LOCKS.format(query=sql, want=int(want))
-    sent = pooling.call(sql, params)
-    with (pooling.forgetting_dropped(sql, params), connection.connection.pipeline(),
-          connection.cursor() as cursor):
+    with pooling.sending(sql, params) as sent, connection.connection.pipeline(), connection.cursor() as cursor:
         cursor.execute(sent, params)
         return [(row[0], row[1]) for row in cursor.fetchall()]
 

@@ -166,15 +166,38 @@ logger = logging.getLogger("jobs.pooling")
 def execute(cursor, sql: str, params: dict) -> None:
     """`cursor.execute(sql, params)`, through a server-side function made
     for `sql` (see above). `sql` names its parameters (`%(name)s`)."""
-    with forgetting_dropped(sql, params):
-        cursor.execute(call(sql, params), params)
+    with sending(sql, params) as sent:
+        cursor.execute(sent, params)
+
+
+@contextlib.contextmanager
+def sending(sql: str, params: dict):
+    """What to send for `sql` with `params` (see `execute`): the call of its
+    function, made first if missing — so this can be entered before
+    psycopg's pipeline mode, in which nothing can be made — or `sql` itself
+    where PostgreSQL could not type the statement. Where the application
+    prepares statements (DATABASE_PREPARED_STATEMENTS, directly) a call is
+    sent as one: its plan is the function's, and parsing it once per
+    connection spares the server a parse per claim. A function dropped
+    meanwhile fails this call, and is made again on the next."""
+    sent = call(sql, params)
+    connection.ensure_connection()
+    raw = connection.connection
+    threshold = raw.prepare_threshold
+    if sent is not sql and getattr(settings, "DATABASE_PREPARED_STATEMENTS", False):
+        raw.prepare_threshold = 0  # (now, for this statement only: see DATABASE_PREPARED_STATEMENTS)
+    try:
+        yield sent
+    except (DatabaseError, psycopg.Error) as exc:
+        if "42883" in (getattr(exc, "sqlstate", None), getattr(exc.__cause__, "sqlstate", None)):
+            _calls.pop(_key(sql, params), None)
+        raise
+    finally:
+        raw.prepare_threshold = threshold
 
 
 def call(sql: str, params: dict) -> str:
-    """What to send for `sql` with `params`: the call of its function (made
-    first if missing), or `sql` itself where PostgreSQL could not type the
-    statement. To send in psycopg's pipeline mode, which cannot make a
-    function (`execute` otherwise), inside `forgetting_dropped`."""
+    """The text to send for `sql` with `params` (see `sending`)."""
     key = _key(sql, params)
     sent = _calls.get(key)
     if sent is None:
@@ -188,18 +211,6 @@ def call(sql: str, params: dict) -> str:
         # that is rolled back, it is gone again.
         transaction.on_commit(lambda: _calls.__setitem__(key, sent))
     return sent
-
-
-@contextlib.contextmanager
-def forgetting_dropped(sql: str, params: dict):
-    """Around sending `call(sql, params)`: a function dropped meanwhile
-    fails this call, and is made again on the next."""
-    try:
-        yield
-    except (DatabaseError, psycopg.Error) as exc:
-        if "42883" in (getattr(exc, "sqlstate", None), getattr(exc.__cause__, "sqlstate", None)):
-            _calls.pop(_key(sql, params), None)
-        raise
 
 
 def _key(sql: str, params: dict) -> tuple[tuple[str, ...], str, tuple[str, ...]]:

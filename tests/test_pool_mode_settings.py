@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PG = "postgres://postgres@127.0.0.1:5432/durable_pool_settings"
 SHOW = ("from django.conf import settings; import json; d = settings.DATABASES['default']; "
         "print(json.dumps({'jit': settings.DATABASE_JIT, 'options': d.get('OPTIONS', {}), 'no_cursors': d.get('DISABLE_SERVER_SIDE_CURSORS'), "
-        "'mode': settings.DATABASE_POOL_MODE, 'listen': settings.DATABASE_LISTEN_URL}))")
+        "'mode': settings.DATABASE_POOL_MODE, 'listen': settings.DATABASE_LISTEN_URL, "
+        "'prepared': settings.DATABASE_PREPARED_STATEMENTS}))")
 
 
 def manage(*args, **env):
@@ -36,14 +37,16 @@ def test_transaction_mode_prepares_nothing_and_holds_no_cursor():
                          DATABASE_LISTEN_URL="postgres://postgres@10.0.0.5:5432/durable")
     assert seen["options"]["prepare_threshold"] is None
     assert seen["options"]["server_side_binding"] is False
-    assert seen["no_cursors"] is True
+    assert seen["no_cursors"] is True and seen["prepared"] is False
     assert seen["mode"] == "transaction" and seen["listen"].startswith("postgres://")
 
 
-def test_direct_mode_keeps_prepared_statements():
+def test_direct_mode_prepares_only_what_asks_for_it():
+    # (The claim statements' calls: jobs.pooling.sending.)
     seen = settings_with(DATABASE_URL=PG)
-    assert seen["mode"] == "direct"
-    assert seen["options"]["prepare_threshold"] == 2 and seen["options"]["server_side_binding"] is True
+    assert seen["mode"] == "direct" and seen["prepared"] is True
+    assert seen["options"]["prepare_threshold"] is None and seen["options"]["server_side_binding"] is True
+    assert settings_with(DATABASE_URL=PG, DATABASE_PREPARED_STATEMENTS="0")["prepared"] is False
     assert not seen["no_cursors"]
     # The connections turn JIT off as they open (jobs.pooling); options
     # given in DATABASE_URL are left as they are.

@@ -173,9 +173,9 @@ MUTANTS: list[Mutant] = [
              '"SET enable_seqscan = off"'),),
         _FAIR_PLAN_TESTS, postgres=True),
     Mutant("claims-prepared", "directly, the claims run through the functions that fix their plans", (
-        Edit("jobs/pooling.py", "    for `sql` (see above). `sql` names its parameters (`%(name)s`).\"\"\"\n",
-             "    for `sql` (see above). `sql` names its parameters (`%(name)s`).\"\"\"\n"
-             "    if settings.DATABASE_POOL_MODE != 'transaction':\n        return cursor.execute(sql, params)\n"),),
+        Edit("jobs/pooling.py", "    with sending(sql, params) as sent:",
+             "    with sending(sql, params) if settings.DATABASE_POOL_MODE == 'transaction' "
+             "else contextlib.nullcontext(sql) as sent:"),),
         (*_FAIR_PLAN_TESTS, *_EMPTY_TABLE_TESTS, "tests/jobs/test_claim_scale_pg.py::"
          "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws"), postgres=True),
     Mutant("prune-replanned", "the sample pruner keeps its generic plans", (
@@ -199,6 +199,15 @@ MUTANTS: list[Mutant] = [
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
         ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
+    Mutant("orm-statements-prepared", "directly, only the claim statements' calls are prepared", (
+        Edit("durable/settings.py", '{"server_side_binding": True, "prepare_threshold": None}',
+             '{"server_side_binding": True, "prepare_threshold": 2}'),),
+        ("tests/jobs/test_claim_scale_pg.py::"
+         "test_a_worker_s_sweeps_run_over_an_empty_table_read_their_indexes_once_it_fills",), postgres=True),
+    Mutant("claim-calls-unprepared", "directly, the claim statements' calls are prepared", (
+        Edit("jobs/pooling.py", "        raw.prepare_threshold = 0  #", "        pass  #"),),
+        ("tests/jobs/test_pooled_statements_pg.py::"
+         "test_directly_every_claim_runs_through_a_function_that_keeps_its_generic_plan",), postgres=True),
     Mutant("statement-function-seqscan", "a claim function's plan made over an empty table walks the indexes", (
         Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
              '"SET plan_cache_mode = force_generic_plan"'),),
