@@ -633,8 +633,9 @@ def test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run(monkeypatc
 
 
 def test_a_worker_finishing_and_claiming_thousands_of_jobs_keeps_a_flat_plan():
-    """What the generic-plan test guards, end to end: the prepared statement
-    a worker runs over and over leaves every job DONE exactly once."""
+    """What the generic-plan test guards, end to end: the statement a worker
+    runs over and over, with its kept plan, leaves every job DONE exactly
+    once."""
     store = Store()
     store.enqueue_many(JobSpec("a", f"k{i:05d}") for i in range(300))
     jobs, done = store.claim_batch("w", limit=1), 0
