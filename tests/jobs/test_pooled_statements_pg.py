@@ -107,12 +107,19 @@ def test_a_statement_a_function_cannot_hold_runs_as_it_is(pooled, caplog):
     assert _functions() == set()
 
 
-def test_a_function_dropped_meanwhile_fails_one_call_and_is_made_again(pooled):
+@pytest.mark.parametrize("mode", ["transaction", "direct"])
+def test_a_function_dropped_meanwhile_fails_one_call_and_is_made_again(settings, mode):
+    # (Directly, its call is a prepared statement, which names the function.)
+    settings.DATABASE_POOL_MODE = mode
+    settings.DATABASE_PREPARED_STATEMENTS = mode == "direct"
     sql = "SELECT count(*) FROM jobs_job WHERE tenant = %(tenant)s"
     with connection.cursor() as cursor:
-        pooling.execute(cursor, sql, {"tenant": "t1"})
-        assert cursor.fetchone() == (0,)
+        for _ in range(2):
+            pooling.execute(cursor, sql, {"tenant": "t1"})
+            assert cursor.fetchone() == (0,)
         [name] = _functions()
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"SELECT * FROM {name}(%"])
+        assert cursor.fetchone()[0] == (1 if mode == "direct" else 0)
         cursor.execute(f"DROP FUNCTION {name}")
     with pytest.raises(ProgrammingError, match="does not exist"), connection.cursor() as cursor:
         pooling.execute(cursor, sql, {"tenant": "t1"})
