@@ -202,16 +202,15 @@ if DATABASE_POOL_MODE == "transaction":
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": False, "prepare_threshold": None})
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 elif _postgres and _prepared is not False:
-    # Server-side binding lets psycopg prepare statements: the claim
-    # statements' calls (`jobs.pooling.sending`), each parsed once per
-    # connection. Nothing else is prepared (prepare_threshold=None): a
-    # prepared statement's generic plan, chosen after five runs, is kept
-    # until the table's statistics change, and one made while the job table
-    # was vacuumed empty read the whole table after a refill — a worker's
-    # lease recovery took 27 ms a sweep with 200,000 jobs queued, against 1.
-    # Not behind a transaction-mode pooler: set DATABASE_POOL_MODE=transaction
-    # there (a worker that finds itself behind one refuses to run).
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": None})
+    # Server-side binding lets psycopg prepare statements it runs repeatedly
+    # (the claim statements' calls from their first run: `jobs.pooling.sending`),
+    # so PostgreSQL parses and plans them once per connection — a query of
+    # jobs_job took 290 µs to plan (its indexes' predicates), more than it
+    # takes to run. A worker's housekeeping connection prepares none of its
+    # own (`pooling.prepare_nothing_here`). Not behind a transaction-mode
+    # pooler: set DATABASE_POOL_MODE=transaction there (a worker that finds
+    # itself behind one refuses to run).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 2})
 DATABASE_PREPARED_STATEMENTS = (DATABASES["default"].get("OPTIONS", {}).get("server_side_binding") is True)
 # PostgreSQL's JIT compiles a plan whose estimated cost passes
 # jit_above_cost before running it: 100-180 ms of CPU for a claim that is a

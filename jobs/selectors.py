@@ -26,13 +26,11 @@ class Literal(Expression):
     A partial index serves a query only when the planner can see that the
     query implies the index's condition, and a bound parameter implies
     nothing: on SQLite never, and on PostgreSQL not in the generic plan of a
-    prepared statement. PostgreSQL takes that plan when it looks no dearer
-    — as it does from statistics taken while a table was small or empty —
-    and keeps it as the table grows: a sweep's timers, leases or events
-    walked in full. (The application no longer prepares the ORM's queries,
-    see DATABASE_PREPARED_STATEMENTS; a literal still keeps the plan right
-    for anyone who does.) States are names of this code, never input;
-    anything else is refused."""
+    prepared statement (psycopg prepares a query run five times). PostgreSQL
+    takes that plan when it looks no dearer — as it does from statistics
+    taken while a table was small or empty — and keeps it as the table
+    grows: a sweep's timers, leases or events walked in full. States are
+    names of this code, never input; anything else is refused."""
 
     output_field = CharField()
 

@@ -975,6 +975,7 @@ class Worker:
         cfg = self.config
         now = time.monotonic()
         moved = 0
+        pooling.prepare_nothing_here()
         if now - self._last_maintenance >= cfg.heartbeat_interval or force:
             self._last_maintenance = now
             for recovered in self.store.recover_expired(limit=cfg.maintenance_limit, actor=cfg.worker_id):

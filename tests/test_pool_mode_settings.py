@@ -41,11 +41,10 @@ def test_transaction_mode_prepares_nothing_and_holds_no_cursor():
     assert seen["mode"] == "transaction" and seen["listen"].startswith("postgres://")
 
 
-def test_direct_mode_prepares_only_what_asks_for_it():
-    # (The claim statements' calls: jobs.pooling.sending.)
+def test_direct_mode_keeps_prepared_statements():
     seen = settings_with(DATABASE_URL=PG)
     assert seen["mode"] == "direct" and seen["prepared"] is True
-    assert seen["options"]["prepare_threshold"] is None and seen["options"]["server_side_binding"] is True
+    assert seen["options"]["prepare_threshold"] == 2 and seen["options"]["server_side_binding"] is True
     assert settings_with(DATABASE_URL=PG, DATABASE_PREPARED_STATEMENTS="0")["prepared"] is False
     assert not seen["no_cursors"]
     # The connections turn JIT off as they open (jobs.pooling); options

@@ -199,11 +199,10 @@ MUTANTS: list[Mutant] = [
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
         ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
-    Mutant("orm-statements-prepared", "directly, only the claim statements' calls are prepared", (
-        Edit("durable/settings.py", '{"server_side_binding": True, "prepare_threshold": None}',
-             '{"server_side_binding": True, "prepare_threshold": 2}'),),
+    Mutant("housekeeping-prepared", "a worker's housekeeping connection prepares none of its statements", (
+        Edit("jobs/worker.py", "        pooling.prepare_nothing_here()", "        pass"),),
         ("tests/jobs/test_claim_scale_pg.py::"
-         "test_a_worker_s_sweeps_run_over_an_empty_table_read_their_indexes_once_it_fills",), postgres=True),
+         "test_a_worker_s_housekeeping_run_over_an_empty_table_reads_the_indexes_once_it_fills",), postgres=True),
     Mutant("claim-calls-unprepared", "directly, the claim statements' calls are prepared", (
         Edit("jobs/pooling.py", "        raw.prepare_threshold = 0  #", "        pass  #"),),
         ("tests/jobs/test_pooled_statements_pg.py::"
