@@ -239,8 +239,7 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),
         postgres=True),
     Mutant("cap-locks-wanted", "a capped claim holds the locks of no more tenants than it may take jobs", (
-        Edit("jobs/claim.py", "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) ",
-             "WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant))) "),),
+        Edit("jobs/claim.py", "hashtext(o.tenant)) LIMIT {{want}}) \"", "hashtext(o.tenant))) \""),),
         ("tests/jobs/test_fairness.py::test_a_capped_claim_holds_the_locks_of_no_more_tenants_than_it_may_take_jobs",),
         postgres=True),
     Mutant("cap-eligible", "a capped claim tries only tenants with an eligible job", (
@@ -310,8 +309,8 @@ MUTANTS: list[Mutant] = [
         postgres=True),
     Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
            "work falls due during another claim)", (
-        Edit("jobs/claim.py", '"WHERE pg_try_advisory_xact_lock(%(cap_namespace)s, hashtext(o.tenant)) LIMIT {want}) "',
-             '"WHERE %(cap_namespace)s::bigint IS NOT NULL LIMIT {want}) "'),),
+        Edit("jobs/claim.py", 'f"WHERE pg_try_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(o.tenant)) LIMIT {{want}}) "',
+             'f"WHERE {_CAP_LOCK_NAMESPACE} IS NOT NULL LIMIT {{want}}) "'),),
         (f"{CLAIM_SCALE}::test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_"
          "its_cap",), postgres=True),
     Mutant("decision-permission", "a decision needs the permission, not only a role that allows it", (

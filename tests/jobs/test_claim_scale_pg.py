@@ -137,9 +137,11 @@ def test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_th
     protects: only the tenant's advisory lock keeps B from leasing a third job. With it, B waits for A
     and then sees the tenant at its cap."""
     store = Store()
-    # (The claims' statement functions made and committed first: made in A's
-    # transaction, B would wait for A's commit to make them too.)
-    assert store.claim_batch("wA", limit=2, now=50) == []
+    # (The claims' statement functions made and committed first, by a claim
+    # of the same shape for another tenant: made in A's transaction, B
+    # would wait for A's commit to make them too.)
+    store.enqueue("warm-up", "w")
+    assert [job.key for job in store.claim_batch("wA", limit=2, now=50)] == ["w"]
     store.enqueue("t", "due-1")
     store.enqueue("t", "due-2")
     store.enqueue("t", "urgent-later", priority=10, run_at=100)
