@@ -1,6 +1,7 @@
 """tools/mutants.py applies its edits by exact source text, in a copy, and
 fails loudly when the code it targets changed."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,13 @@ def test_every_curated_mutant_names_tests_that_exist(mutants):
     for mutant in mutants.MUTANTS:
         for test in mutant.tests:
             assert (ROOT / test.split("::")[0]).is_file(), (mutant.name, test)
+
+
+def test_every_curated_mutant_still_finds_the_code_it_edits(mutants, tmp_path):
+    """A mutant whose text the code no longer holds fails here, in the
+    suite, not at the end of a quarter-hour mutants pass."""
+    for mutant in mutants.MUTANTS:
+        for path in {edit.path for edit in mutant.edits}:
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / path, tmp_path / path)
+        mutants.restore(mutants.apply(tmp_path, mutant))
