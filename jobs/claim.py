@@ -724,8 +724,8 @@ _CAP_WAIT = f"SELECT pg_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(%s))"
 
 def _try_locks(sql: str, params: dict, want: int) -> list[tuple[str, bool]]:
     # In psycopg's pipeline mode the transaction's BEGIN travels with the
-    # statement: one round trip for both (its function is made before).
-    connection.ensure_connection()
+    # statement: one round trip for both (its function is made before, and
+    # the connection opened, as `sending` is entered).
     sql = _CAP_TRY_LOCKS.format(query=sql, want=int(want))
     with pooling.sending(sql, params) as sent, connection.connection.pipeline(), connection.cursor() as cursor:
         cursor.execute(sent, params)

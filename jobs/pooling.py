@@ -195,7 +195,7 @@ def sending(sql: str, params: dict):
     (`prepare_nothing_here`): its plan is the function's, which cannot go
     stale. A function dropped meanwhile fails this call, and is made again
     on the next."""
-    sent = call(sql, params)
+    sent = _call(sql, params)
     connection.ensure_connection()
     raw = connection.connection
     threshold = raw.prepare_threshold
@@ -211,7 +211,7 @@ def sending(sql: str, params: dict):
         raw.prepare_threshold = threshold
 
 
-def call(sql: str, params: dict) -> str:
+def _call(sql: str, params: dict) -> str:
     """The text to send for `sql` with `params` (see `sending`)."""
     key = _key(sql, params)
     sent = _calls.get(key)
@@ -295,14 +295,12 @@ def _pg_type(value) -> str:
         return "bigint"
     if isinstance(value, float):
         return "double precision"
-    if isinstance(value, str):
-        # (As psycopg binds a string: its type is the one the statement
-        # casts it to. Typed text, `%(ids)s::bigint[]` was a cast the
-        # function ran on every row that read it: a batch's finish parsed
-        # its arrays of 100 ids and epochs once per job, 1.1 ms a batch.)
-        return "unknown"
     if isinstance(value, datetime):
         return "timestamptz"
+    # A string too, as psycopg binds it: its type is the one the statement
+    # casts it to. Typed text, `%(ids)s::bigint[]` was a cast the function
+    # ran on every row that read it: a batch's finish parsed its arrays of
+    # 100 ids and epochs once per job, 1.1 ms a batch.
     return "unknown"
 
 
