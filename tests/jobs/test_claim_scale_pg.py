@@ -762,6 +762,15 @@ def test_finish_and_claim_reports_every_finished_id_whichever_row_carries_them(l
     assert set(Job.objects.filter(state="DONE").values_list("id", flat=True)) == {job.id for job in jobs}
 
 
+def _vacuumed(statement: str) -> tuple[float, int]:
+    """Run `statement` (a VACUUM) and return the job table's statistics
+    after it, (reltuples, relpages): what the tests below are about."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+        cursor.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'jobs_job'")
+        return cursor.fetchone()
+
+
 @pytest.mark.parametrize("statistics", ["a day's traffic", "pages but no rows"])
 @pytest.mark.parametrize("template", ["_GLOBAL_PG", "_FAIR_PG"])
 def test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_the_statistics(template, statistics):
@@ -782,10 +791,7 @@ def test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_t
         cursor.execute("ANALYZE jobs_job")
     Job.objects.filter(tenant__in=tenants).delete()
     if statistics == "pages but no rows":
-        with connection.cursor() as cursor:
-            cursor.execute("VACUUM (TRUNCATE false) jobs_job")
-            cursor.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'jobs_job'")
-            rows, pages = cursor.fetchone()
+        rows, pages = _vacuumed("VACUUM (TRUNCATE false) jobs_job")
         assert rows == 0 and pages > 10  # the statistics this is about
     store.enqueue_many(JobSpec("deep", f"k{i:05d}") for i in range(20_000))
     with connection.cursor() as cursor:
@@ -870,9 +876,7 @@ def test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_wha
     store.enqueue_many(JobSpec("drained", f"d{i:05d}") for i in range(3000))
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobs_jobsearch; DELETE FROM jobs_jobevent; DELETE FROM jobs_job")
-        cursor.execute("VACUUM (TRUNCATE false) jobs_job")
-        cursor.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'jobs_job'")
-        rows, pages = cursor.fetchone()
+    rows, pages = _vacuumed("VACUUM (TRUNCATE false) jobs_job")
     assert rows == 0 and pages > 10  # the statistics this is about
     store.enqueue_many(JobSpec("t", f"k{i:04d}") for i in range(300))
     jobs = store.claim_batch("w", limit=100)[::-1]
@@ -890,15 +894,6 @@ def test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_wha
         assert Job.objects.filter(state="DONE").count() == len(jobs)
     else:
         assert Job.objects.filter(state="LEASED", lease_until__gt=timezone.now() + timedelta(seconds=300)).count() == len(jobs)
-
-
-def _vacuum_to_no_pages(tables: str) -> None:
-    """VACUUM `tables` (the job table first), which must leave the job table
-    with no pages: the statistics the tests below are about."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM {tables}")
-        cursor.execute("SELECT relpages FROM pg_class WHERE relname = 'jobs_job'")
-        assert cursor.fetchone()[0] == 0
 
 
 def _claim_as(kind: str, store: Store):
@@ -924,7 +919,7 @@ def test_a_claim_planned_over_an_empty_table_still_walks_the_indexes_once_it_fil
     claim 7.8 ms, against 0.27). No claim statement is ever planned as a
     sequential scan of the job table."""
     store = Store()
-    _vacuum_to_no_pages("jobs_job, jobs_readytenant")
+    assert _vacuumed("VACUUM jobs_job, jobs_readytenant")[1] == 0  # no pages: the statistics this is about
     if start == "small":
         # (A tenant each where the claim is fair: under the cap, two of one tenant's.)
         store.enqueue_many(JobSpec(f"t{i}" if kind in ("fair", "capped") else "t0", f"s{i:02d}") for i in range(12))
@@ -955,7 +950,7 @@ def test_a_worker_s_housekeeping_run_over_an_empty_table_reads_the_indexes_once_
     table (27 ms with 200,000 jobs queued, against 1). The housekeeping
     connection prepares none of them."""
     worker = Worker(WorkerConfig(worker_id="w", until_idle=True, poll_interval=0.05))
-    _vacuum_to_no_pages("jobs_job")
+    assert _vacuumed("VACUUM jobs_job")[1] == 0  # no pages: the statistics this is about
     for _ in range(10):
         assert worker._maintain(force=True) == 0
     Store().enqueue_many(JobSpec(f"t{i % 10}", f"k{i:04d}") for i in range(2000))
