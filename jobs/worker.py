@@ -527,10 +527,16 @@ class Worker:
 
     def _execute(self, spec, ctx: JobContext) -> None:
         job, cfg = ctx.job, self.config
+        observe = _child(self._durations, metrics.HANDLER_DURATION, spec.name).observe
+        started = time.perf_counter()
         try:
-            # Observed whether the handler returns or raises.
-            with _child(self._durations, metrics.HANDLER_DURATION, spec.name).time():
+            try:
                 outcome = spec.handler(ctx)
+            finally:
+                # Observed whether the handler returns or raises; directly,
+                # not through `Histogram.time()`, whose context manager cost
+                # a batch worker twice the observation itself (per job).
+                observe(time.perf_counter() - started)
         except Conflict as exc:
             self._lost(job, _describe(exc))
             return
@@ -585,6 +591,7 @@ class Worker:
         jobs not yet started are handed back (`release`); a crash leaves each
         job's lease to expire and be recovered on its own."""
         cfg = self.config
+        flush_after = cfg.heartbeat_interval / 3
         now = time.monotonic()
         held = {(number, i): Running(JobContext(job=job, worker_id=cfg.worker_id, store=self.store), now, None)
                 for i, job in enumerate(jobs)}
@@ -593,26 +600,29 @@ class Worker:
         self._count("claimed", len(jobs))
         self._event("batch.claim", jobs=len(jobs), tenants=len({job.tenant for job in jobs}))
         oldest = None
+        batch, lock = self._batch, self._lock
         try:
             for i, job in enumerate(jobs):
                 if self._stopping.is_set():
                     self._release(jobs[i:], "the worker stopped before the job started")
                     break
                 self._event("job.claim", level=logging.DEBUG, job=job)
-                with self._lock:
-                    self._running.pop((number, i), None)  # _run_job registers it as running
-                if held[(number, i)].ctx.cancelled.is_set():
+                key = (number, i)
+                waited = held[key]
+                with lock:
+                    self._running.pop(key, None)  # _run_job registers it as running
+                if waited.ctx.cancelled.is_set():
                     continue  # its lease was lost while it waited (the heartbeat logged it)
-                before = len(self._batch.pending)
+                before = len(batch.pending)
                 # The context the heartbeat renewed while the job waited.
-                self._run_job(number, job, held[(number, i)].ctx)
-                if len(self._batch.pending) > before:
-                    with self._lock:
-                        self._running[(number, i)] = held[(number, i)]  # renewed until written
+                self._run_job(number, job, waited.ctx)
+                if len(batch.pending) > before:
+                    with lock:
+                        self._running[key] = waited  # renewed until written
                     oldest = oldest or time.monotonic()
-                if oldest and time.monotonic() - oldest > cfg.heartbeat_interval / 3:
+                if oldest and time.monotonic() - oldest > flush_after:
                     self._flush(number)
-                    oldest = None if not self._batch.pending else time.monotonic()
+                    oldest = None if not batch.pending else time.monotonic()
         except BaseException:
             self._flush(number, final=True)
             raise

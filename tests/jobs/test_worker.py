@@ -44,6 +44,21 @@ def test_worker_runs_jobs_until_idle_and_counts_outcomes(store):
     assert worker.stats["attention"] == 1 and worker.stats["waiting"] == 1
 
 
+@pytest.mark.parametrize("batch", [1, 10])
+def test_a_handler_is_timed_whether_it_returns_or_raises(store, batch):
+    from jobs.metrics import WORKER_REGISTRY
+
+    def count(action):
+        return WORKER_REGISTRY.get_sample_value("durable_handler_duration_seconds_count", {"action": action}) or 0
+
+    before = count("jobs.noop"), count("test.fail")
+    store.enqueue("studio", "fine")
+    store.enqueue("studio", "bad", action="test.fail", payload={"kind": "permanent"})
+    run_until_idle(worker_id="w1", batch=batch)
+    assert job("bad").state == "WAITING_REVIEW" and job("fine").state == "DONE"
+    assert (count("jobs.noop"), count("test.fail")) == (before[0] + 1, before[1] + 1)
+
+
 def test_auth_error_is_never_attempted_twice(store):
     store.enqueue("studio", "auth", action="test.fail", payload={"kind": "auth"})
     for _ in range(3):
