@@ -477,6 +477,10 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/worker.py", "                                                      hand_back_attempt=True), \"waiting\")",
              "                                                      hand_back_attempt=False), \"waiting\")"),),
         ("tests/jobs/test_worker.py::test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_when_due",)),
+    Mutant("handler-timed-when-it-raises", "a handler's duration is observed whether it returns or raises", (
+        Edit("jobs/worker.py", "                observe(time.perf_counter() - started)",
+             "                observe(time.perf_counter() - started) if \"outcome\" in locals() else None"),),
+        ("tests/jobs/test_worker.py::test_a_handler_is_timed_whether_it_returns_or_raises",)),
     Mutant("paused-agent-holds", "a paused agent's jobs are held at dispatch", (
         Edit("gateway/services.py", "    if row is None or not row.agent.paused:", "    if True:"),),
         ("tests/gateway/test_acceptance.py::test_pausing_an_agent_holds_its_undispatched_jobs_and_resuming_sends_them_once",)),
