@@ -211,11 +211,12 @@ def test_a_batch_worker_killed_mid_batch_loses_nothing_each_job_is_recovered_alo
 class CountsRenewals(Store):
     def __init__(self):
         super().__init__()
-        self.one_by_one, self.together = 0, []
+        # The state of each job renewed on its own, as its renewal began.
+        self.one_by_one, self.together = [], []
 
-    def renew(self, *args, **kwargs):
-        self.one_by_one += 1
-        return super().renew(*args, **kwargs)
+    def renew(self, tenant, key, *args, **kwargs):
+        self.one_by_one.append(Job.objects.filter(tenant=tenant, key=key).values_list("state", flat=True).first())
+        return super().renew(tenant, key, *args, **kwargs)
 
     def renew_many(self, worker_id, jobs, **kwargs):
         self.together.append(len(jobs))
@@ -241,8 +242,11 @@ def test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_
     assert sorted(done.values_list("lease_epoch", "recoveries", "worker_id").distinct()) == [(1, 0, "w")]
     assert done.count() == 6 and worker.stats["lost"] == 0
     # One statement per heartbeat for all the jobs held then, none for a
-    # job on its own.
-    assert counting.one_by_one == 0
+    # job on its own — but a job whose success the slot wrote between the
+    # heartbeat's look at what it holds and that statement: the statement
+    # leaves it alone (its fence moved) and `renew` finds why, its own
+    # outcome (seen on a loaded CI host, for the two jobs of a write).
+    assert set(counting.one_by_one) <= {State.DONE}
     assert len(counting.together) >= 3 and max(counting.together) > 1
 
 
@@ -257,7 +261,7 @@ def test_when_renewing_together_fails_the_heartbeat_says_so_and_renews_each_leas
     refusing = RefusesRenewingTogether()
     _, done = _run_a_batch_of_sleepers(store, refusing, 4)
     assert sorted(done.values_list("lease_epoch", "recoveries").distinct()) == [(1, 0)] and done.count() == 4
-    assert refusing.together and refusing.one_by_one >= len(refusing.together)
+    assert refusing.together and len(refusing.one_by_one) >= len(refusing.together)
     failed = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "worker.renew_failed"]
     assert len(failed) == len(refusing.together)
     assert "the statement was refused" in failed[0]["error"] and failed[0]["jobs"] == refusing.together[0]
