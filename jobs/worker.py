@@ -600,7 +600,6 @@ class Worker:
         self._count("claimed", len(jobs))
         self._event("batch.claim", jobs=len(jobs), tenants=len({job.tenant for job in jobs}))
         oldest = None
-        batch, lock = self._batch, self._lock
         try:
             for i, job in enumerate(jobs):
                 if self._stopping.is_set():
@@ -609,20 +608,20 @@ class Worker:
                 self._event("job.claim", level=logging.DEBUG, job=job)
                 key = (number, i)
                 waited = held[key]
-                with lock:
+                with self._lock:
                     self._running.pop(key, None)  # _run_job registers it as running
                 if waited.ctx.cancelled.is_set():
                     continue  # its lease was lost while it waited (the heartbeat logged it)
-                before = len(batch.pending)
+                before = len(self._batch.pending)
                 # The context the heartbeat renewed while the job waited.
                 self._run_job(number, job, waited.ctx)
-                if len(batch.pending) > before:
-                    with lock:
+                if len(self._batch.pending) > before:
+                    with self._lock:
                         self._running[key] = waited  # renewed until written
                     oldest = oldest or time.monotonic()
                 if oldest and time.monotonic() - oldest > flush_after:
                     self._flush(number)
-                    oldest = None if not batch.pending else time.monotonic()
+                    oldest = None if not self._batch.pending else time.monotonic()
         except BaseException:
             self._flush(number, final=True)
             raise

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from jobs.errors import Conflict
+from jobs.metrics import WORKER_REGISTRY
 from jobs.models import Job
 from jobs.store import JobSpec, Store
 from jobs.worker import Worker, WorkerConfig
@@ -46,8 +47,6 @@ def test_worker_runs_jobs_until_idle_and_counts_outcomes(store):
 
 @pytest.mark.parametrize("batch", [1, 10])
 def test_a_handler_is_timed_whether_it_returns_or_raises(store, batch):
-    from jobs.metrics import WORKER_REGISTRY
-
     def count(action):
         return WORKER_REGISTRY.get_sample_value("durable_handler_duration_seconds_count", {"action": action}) or 0
 
