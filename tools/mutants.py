@@ -142,7 +142,16 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/store.py", "        if target != State.LEASED:", "        if True:", after="    def _fenced("),),
         ("tests/jobs/test_store.py::test_a_renewal_keeps_the_claim_s_time_which_the_attempt_s_row_records",)),
     Mutant("batch-finish-claim-time", "a batch's finish records each attempt's claim time, read before it moves", (
-        Edit("jobs/claim.py", "               c.claimed_at[width_bucket(d.id, c.ids)]", "               d.updated_at"),),
+        Edit("jobs/claim.py", 'claimed_at="c.claimed_at[width_bucket(d.id, c.ids)]",', 'claimed_at="d.updated_at",'),),
+        ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
+        postgres=True),
+    Mutant("claim-cursor-per-connection", "the kept claim cursor is the current connection's", (
+        Edit("jobs/claim.py", "    if kept is None or kept[0] is not db.connection or kept[1] != db.queries_logged:",
+             "    if kept is None or kept[1] != db.queries_logged:"),),
+        ("tests/jobs/test_pooled_statements_pg.py::test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_own",),
+        postgres=True),
+    Mutant("one-finish-claim-time", "one job's finish records its attempt's claim time, read before it moves", (
+        Edit("jobs/claim.py", 'claimed_at="c.claimed_at",', 'claimed_at="d.updated_at",'),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
         postgres=True),
     Mutant("claim-limit-unread", "a batch claim walks the claim index in order whatever the statistics", (

@@ -142,3 +142,24 @@ def test_a_function_made_in_a_transaction_rolled_back_is_made_again(pooled):
         pooling.execute(cursor, sql, {"key": "k1"})
         assert cursor.fetchone() == (0,)
     assert len(_functions()) == 1
+
+
+def test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_own(store):
+    """The claim statements' cursor is kept from one claim to the next (a
+    new one learns again how to read every column); a connection closed and
+    opened again, or queries being captured, gets a new one, and claims go
+    on as before."""
+    for n in range(4):
+        store.enqueue(f"t{n}", f"k{n}")
+    [first], _ = store.finish_and_claim("w1", [], limit=1)
+    kept = claim_sql._claim_cursor()
+    [second], _ = store.finish_and_claim("w1", [(first, None)], limit=1)
+    assert claim_sql._claim_cursor() is kept
+    connection.close()
+    [third], lost = store.finish_and_claim("w1", [(second, None)], limit=1)
+    assert lost == [] and claim_sql._claim_cursor() is not kept
+    with CaptureQueriesContext(connection) as captured:
+        [fourth], _ = store.finish_and_claim("w1", [(third, None)], limit=1)
+    assert any("jobs_stmt_" in query["sql"] for query in captured.captured_queries)
+    assert {first.key, second.key, third.key, fourth.key} == {f"k{n}" for n in range(4)}
+    assert Job.objects.filter(state=State.DONE).count() == 3
