@@ -809,7 +809,8 @@ def _format(template, now, until, tenants_cte, tenant_filter, action_filter, cap
         claim_order=_CLAIM_ORDER,
         leased_ids="= (SELECT id FROM candidate)" if int(limit) == 1 else "= ANY(ARRAY(SELECT id FROM candidate))",
         finished=_FINISHED_IDS if finish else _NOT_FINISHING,
-        finished_once=_FINISHED_ONCE,
+        # (One row at most, or no finishes: nothing to number.)
+        finished_once=_FINISHED_ONCE if finish and int(limit) > 1 else "g.finished AS finished",
         # The one-tenant claim takes nothing unless at most one tenant holds
         # READY work, and names it: a key for the claim index (an ordered
         # walk without one was planned, from some statistics, over another

@@ -157,8 +157,14 @@ _names: dict[str, tuple[str, ...]] = {}
 # jobs, against 0.8; the one-tenant claim, then a prepared statement whose
 # generic plan PostgreSQL had chosen after five idle runs, 7.8 ms against
 # 0.27). These statements are written for the claim indexes; none needs a
-# sequential scan of a large table.
-_FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"
+# sequential scan of a large table. Nor a bitmap scan: a question the claim
+# index answers in its order, a bitmap scan answers by reading all the
+# tenant's entries and sorting them — which the planner, expecting a couple
+# of READY rows a tenant from an ANALYZE taken over many small tenants,
+# took for as cheap: a bench row's one-tenant claims each read and sorted
+# the tenant's whole backlog (1.4 ms and 181 buffers a claim against 0.3 ms
+# and 56), for as long as the workers' connections kept that plan.
+_FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off"
 
 logger = logging.getLogger("jobs.pooling")
 

@@ -150,6 +150,10 @@ MUTANTS: list[Mutant] = [
              "    if kept is None or kept[1] != db.queries_logged:"),),
         ("tests/jobs/test_pooled_statements_pg.py::test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_own",),
         postgres=True),
+    Mutant("claim-bitmap-scans", "the claim functions never answer the claim index's question by a bitmap scan", (
+        Edit("jobs/pooling.py", ' SET enable_seqscan = off SET enable_bitmapscan = off"', ' SET enable_seqscan = off"'),),
+        ("tests/jobs/test_claim_scale_pg.py::test_a_single_claim_walks_the_claim_index_in_order_where_a_bitmap_scan_looks_cheaper",),
+        postgres=True),
     Mutant("one-finish-claim-time", "one job's finish records its attempt's claim time, read before it moves", (
         Edit("jobs/claim.py", 'claimed_at="c.claimed_at",', 'claimed_at="d.updated_at",'),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),

@@ -92,7 +92,7 @@ def test_directly_every_claim_runs_through_a_function_that_keeps_its_generic_pla
     assert len(made) == 3 and one_tenant in made  # (+ the batch finish, the fair claim)
     with connection.cursor() as cursor:
         cursor.execute("SELECT DISTINCT proconfig FROM pg_proc WHERE proname LIKE 'jobs_stmt_%%'")
-        assert cursor.fetchall() == [(["plan_cache_mode=force_generic_plan", "enable_seqscan=off"],)]
+        assert cursor.fetchall() == [(["plan_cache_mode=force_generic_plan", "enable_seqscan=off", "enable_bitmapscan=off"],)]
         # Each call is prepared from its first run (the fair claim ran once)
         # — where the connection binds on the server (not in the pooler
         # pass, whose connections bind on the client).
