@@ -72,9 +72,11 @@ Which plan a kept statement runs with is another matter: PostgreSQL weighs
 its generic plan against one made for each run's values, and the fair
 claim's two estimates are close, so after some statistics changes every run
 was planned anew; and a plan made while the table was vacuumed to no pages
-reads the whole table, for free then, until the next ANALYZE. Every claim
-statement therefore runs with its generic plan, made without sequential
-scans, through a function made for it (`pooling.execute`).
+reads the whole table, for free then, until the next ANALYZE; and one made
+while statistics expected two READY jobs a tenant read all of a deep
+tenant's by a bitmap scan and sorted them. Every claim statement therefore
+runs with its generic plan, made without sequential or bitmap scans,
+through a function made for it (`pooling.execute`).
 
 **Lease cap** (PostgreSQL): a statement counts leases in its own snapshot, so
 two concurrent claims could each see the tenant under its cap. With a cap set
