@@ -266,8 +266,7 @@ _FINISH_FORMS = {
         epoch="%(finish_epoch)s::integer",
         result="%(finish_result)s::text",
         load="- (CASE WHEN t.tenant = %(finish_tenant)s THEN 1 ELSE 0 END)",
-        # (Its row as it is: two ordered aggregates' set-up was a twentieth
-        # of the unbatched claim's executor start.)
+        # (Its row as it is: no ordered aggregates to set up for one row.)
         claims="updated_at AS claimed_at",
         claimed_at="c.claimed_at",
     ),
