@@ -182,8 +182,8 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/pooling.py", 'cursor.execute("SET jit = off")', 'cursor.execute("SELECT 1")'),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_estimated_dear_is_not_jit_compiled",), postgres=True),
     Mutant("fair-claim-replanned", "the fair claim runs with its generic plan whatever the statistics", (
-        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
-             '"SET enable_seqscan = off"'),),
+        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET',
+             '"SET enable_seqscan = off SET'),),
         _FAIR_PLAN_TESTS, postgres=True),
     Mutant("claims-prepared", "directly, the claims run through the functions that fix their plans", (
         Edit("jobs/pooling.py", "    with sending(sql, params) as sent:",
@@ -221,8 +221,8 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_pooled_statements_pg.py::"
          "test_directly_every_claim_runs_through_a_function_that_keeps_its_generic_plan",), postgres=True),
     Mutant("statement-function-seqscan", "a claim function's plan made over an empty table walks the indexes", (
-        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off"',
-             '"SET plan_cache_mode = force_generic_plan"'),),
+        Edit("jobs/pooling.py", '"SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET',
+             '"SET plan_cache_mode = force_generic_plan SET'),),
         _EMPTY_TABLE_TESTS, postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
         Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
