@@ -859,12 +859,12 @@ def _claim_cursor():
     while queries are logged (a test's capture, DEBUG) for a logging one."""
     db = connections[connection.alias]
     db.ensure_connection()
-    kept = getattr(db, "_jobs_claim_cursor", None)
-    if kept is None or kept[0] is not db.connection or kept[1] != db.queries_logged:
-        kept = (db.connection, db.queries_logged, db.cursor())
-        _fast_datetimes(kept[2])
-        db._jobs_claim_cursor = kept
-    return kept[2]
+    made_for, logged, cursor = getattr(db, "_jobs_claim_cursor", (None, None, None))
+    if made_for is not db.connection or logged != db.queries_logged:
+        cursor = db.cursor()
+        _fast_datetimes(cursor)
+        db._jobs_claim_cursor = (db.connection, db.queries_logged, cursor)
+    return cursor
 
 
 # Every column of a job, in the order the claim statements return them

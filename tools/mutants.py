@@ -146,8 +146,8 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
         postgres=True),
     Mutant("claim-cursor-per-connection", "the kept claim cursor is the current connection's", (
-        Edit("jobs/claim.py", "    if kept is None or kept[0] is not db.connection or kept[1] != db.queries_logged:",
-             "    if kept is None or kept[1] != db.queries_logged:"),),
+        Edit("jobs/claim.py", "    if made_for is not db.connection or logged != db.queries_logged:",
+             "    if made_for is None or logged != db.queries_logged:"),),
         ("tests/jobs/test_pooled_statements_pg.py::test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_own",),
         postgres=True),
     Mutant("claim-bitmap-scans", "the claim functions never answer the claim index's question by a bitmap scan", (
