@@ -102,12 +102,12 @@ import threading
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from psycopg.types.datetime import TimestamptzLoader
 
-from . import chance, pooling
+from . import chance, database, pooling
 from .clock import Clock
 from .models import Job
 from .selectors import ELIGIBLE_SQL
@@ -539,7 +539,7 @@ def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, 
     event, fairly across tenants. The caller provides the transaction on
     SQLite (PostgreSQL manages its own)."""
     tenants = _checked(limit, tenants)
-    if connection.vendor != "postgresql":
+    if database.vendor() != "postgresql":
         return _claim_sqlite(worker, clock, ttl, tenants, actions, limit)
     if lease_cap():
         return _claim_capped_pg(worker, clock, ttl, tenants, actions, limit)[0]
@@ -549,7 +549,7 @@ def claim(*, worker: str, clock: Clock, ttl: float, tenants=None, actions=None, 
 def pipelined() -> bool:
     """Whether `finish_and_claim` writes finishes with the claim of the next
     work (PostgreSQL; SQLite claims in its own immediate transaction)."""
-    return connection.vendor == "postgresql"
+    return database.vendor() == "postgresql"
 
 
 def finish_and_claim(*, worker: str, clock: Clock, ttl: float, finish: Finishes, tenants=None, actions=None,
@@ -837,7 +837,9 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None, int]:
     wrote (with `finish`), how many tenants with READY work it saw (the
     fair claim: its sample's size; the one-tenant claim: up to two) and how
     many drained tenants it took out of the sample (the fair claim)."""
-    cursor = _claim_cursor()
+    # The thread's connection, looked up once (see `database.vendor`).
+    db = connections[DEFAULT_DB_ALIAS]
+    cursor = _claim_cursor(db)
     pooling.execute(cursor, sql, params)
     rows = cursor.fetchall()
     claimed, finished, population, pruned = [], set(), None, 0
@@ -847,17 +849,18 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None, int]:
         population = row[-1]
         if row[0] is not None:
             claimed.append(row[:-3])
-    return jobs_from_rows(JOB_COLUMNS, claimed), set(finished), population, pruned
+    return jobs_from_rows(JOB_COLUMNS, claimed, db), set(finished), population, pruned
 
 
-def _claim_cursor():
+def _claim_cursor(db=None):
     """The claim statements' cursor on this thread's connection, kept from
     one claim to the next. A new cursor learns anew how to read each type of
     the row (psycopg caches its loaders per cursor) and takes its own copy of
     the adapters to read timestamps fast: with a claim's 33 columns, 30 µs
     of a worker's CPU a claim. A new one is made for a new connection, and
-    while queries are logged (a test's capture, DEBUG) for a logging one."""
-    db = connections[connection.alias]
+    while queries are logged (a test's capture, DEBUG) for a logging one.
+    `db`: the thread's connection, if the caller has it at hand."""
+    db = connections[DEFAULT_DB_ALIAS] if db is None else db
     db.ensure_connection()
     made_for, logged, cursor = getattr(db, "_jobs_claim_cursor", (None, None, None))
     if made_for is not db.connection or logged != db.queries_logged:
@@ -891,12 +894,13 @@ def job_from_row(columns: tuple[str, ...], row) -> Job:
     return jobs_from_rows(columns, [row])[0]
 
 
-def jobs_from_rows(columns: tuple[str, ...], rows) -> list[Job]:
+def jobs_from_rows(columns: tuple[str, ...], rows, db=None) -> list[Job]:
     """Jobs from a claim's returned rows, converted as the ORM would (JSON,
     datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
-    fields and converters for every row — a millisecond on the hot path."""
+    fields and converters for every row — a millisecond on the hot path.
+    `db`: the thread's connection, if the caller has it at hand."""
     # The connection itself, not the thread-local proxy, for what follows.
-    db = connections[connection.alias]
+    db = connections[DEFAULT_DB_ALIAS] if db is None else db
     # Only the columns that have converters (on PostgreSQL: the two JSON
     # columns) are touched; the others are taken as psycopg loaded them.
     converted = [(i, convert) for i, convert in enumerate(_converters(db.vendor, columns)) if convert]

@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
+from . import database
+
 # About a hundred years: longer than any wait or retry the engine schedules.
 MAX_OFFSET_SECONDS = 100 * 365 * 24 * 3600.0
 
@@ -40,7 +42,7 @@ class Clock:
     @classmethod
     def of(cls, now: float | int | datetime | None) -> "Clock":
         at = to_datetime(now)
-        if at is None and connection.vendor != "postgresql":
+        if at is None and database.vendor() != "postgresql":
             at = timezone.now()
         return cls(at)
 

@@ -172,7 +172,7 @@ logger = logging.getLogger("jobs.pooling")
 def execute(cursor, sql: str, params: dict) -> None:
     """`cursor.execute(sql, params)`, through a server-side function made
     for `sql` (see above). `sql` names its parameters (`%(name)s`)."""
-    with sending(sql, params) as sent:
+    with sending(sql, params, cursor.db) as sent:
         cursor.execute(sent, params)
 
 
@@ -191,7 +191,7 @@ def prepare_nothing_here() -> None:
 
 
 @contextlib.contextmanager
-def sending(sql: str, params: dict):
+def sending(sql: str, params: dict, db=None):
     """What to send for `sql` with `params` (see `execute`): the call of its
     function, made first if missing — so this can be entered before
     psycopg's pipeline mode, in which nothing can be made — or `sql` itself
@@ -200,10 +200,12 @@ def sending(sql: str, params: dict):
     sent as one from its first run, whatever the connection's own threshold
     (`prepare_nothing_here`): its plan is the function's, which cannot go
     stale. A function dropped meanwhile fails this call, and is made again
-    on the next."""
+    on the next. `db`: the connection the statement is sent on, if the
+    caller has it at hand (else the thread's, through the proxy)."""
     sent = _call(sql, params)
-    connection.ensure_connection()
-    raw = connection.connection
+    db = connection if db is None else db
+    db.ensure_connection()
+    raw = db.connection
     threshold = raw.prepare_threshold
     if sent is not sql and getattr(settings, "DATABASE_PREPARED_STATEMENTS", False):
         raw.prepare_threshold = 0  # (now, for this statement only: see DATABASE_PREPARED_STATEMENTS)
@@ -242,7 +244,8 @@ def _key(sql: str, params: dict) -> tuple[tuple[str, ...], str, tuple[str, ...]]
         if len(_names) >= 256:
             _names.clear()
         names = _names[sql] = tuple(dict.fromkeys(_PARAM.findall(sql)))
-    return names, sql, tuple([_pg_type(params[name]) for name in names])
+    return names, sql, tuple([_SCALAR_TYPES.get(type(value)) or _pg_type(value)
+                              for value in map(params.__getitem__, names)])
 
 
 def _function_for(sql: str, names: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, list[str]] | None:
@@ -308,6 +311,12 @@ def _pg_type(value) -> str:
     # ran on every row that read it: a batch's finish parsed its arrays of
     # 100 ids and epochs once per job, 1.1 ms a batch.
     return "unknown"
+
+
+# `_pg_type` of the plain scalars, looked up by their exact type: a claim
+# binds a dozen parameters, and the checks above, one by one, cost a worker
+# 1 % of its CPU.
+_SCALAR_TYPES = {str: "unknown", type(None): "unknown", bool: "boolean", int: "bigint", float: "double precision"}
 
 
 @functools.cache

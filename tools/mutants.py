@@ -186,8 +186,8 @@ MUTANTS: list[Mutant] = [
              '"SET enable_seqscan = off SET'),),
         _FAIR_PLAN_TESTS, postgres=True),
     Mutant("claims-prepared", "directly, the claims run through the functions that fix their plans", (
-        Edit("jobs/pooling.py", "    with sending(sql, params) as sent:",
-             "    with sending(sql, params) if settings.DATABASE_POOL_MODE == 'transaction' "
+        Edit("jobs/pooling.py", "    with sending(sql, params, cursor.db) as sent:",
+             "    with sending(sql, params, cursor.db) if settings.DATABASE_POOL_MODE == 'transaction' "
              "else contextlib.nullcontext(sql) as sent:"),),
         (*_FAIR_PLAN_TESTS, *_EMPTY_TABLE_TESTS, "tests/jobs/test_claim_scale_pg.py::"
          "test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws"), postgres=True),

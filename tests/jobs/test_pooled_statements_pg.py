@@ -163,3 +163,15 @@ def test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_ow
     assert any("jobs_stmt_" in query["sql"] for query in captured.captured_queries)
     assert {first.key, second.key, third.key, fourth.key} == {f"k{n}" for n in range(4)}
     assert Job.objects.filter(state=State.DONE).count() == 3
+
+
+def test_a_parameter_s_type_read_from_the_table_of_scalars_is_the_one_pg_type_gives():
+    """`_key` looks plain scalars' types up by their exact type before
+    asking `_pg_type`: both must name the same type, or a statement would be
+    sent to a function made for other types."""
+    import datetime
+
+    values = ["text", None, True, False, 0, 2**40, 1.5, datetime.datetime.now(datetime.UTC), [1, 2], ["a"], [None, 2.5],
+              (True,), []]
+    for value in values:
+        assert (pooling._SCALAR_TYPES.get(type(value)) or pooling._pg_type(value)) == pooling._pg_type(value), value
