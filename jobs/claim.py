@@ -852,15 +852,14 @@ def _run(sql: str, params: dict) -> tuple[list[Job], set[int], int | None, int]:
     return jobs_from_rows(JOB_COLUMNS, claimed, db), set(finished), population, pruned
 
 
-def _claim_cursor(db=None):
+def _claim_cursor(db):
     """The claim statements' cursor on this thread's connection, kept from
     one claim to the next. A new cursor learns anew how to read each type of
     the row (psycopg caches its loaders per cursor) and takes its own copy of
     the adapters to read timestamps fast: with a claim's 33 columns, 30 µs
     of a worker's CPU a claim. A new one is made for a new connection, and
     while queries are logged (a test's capture, DEBUG) for a logging one.
-    `db`: the thread's connection, if the caller has it at hand."""
-    db = connections[DEFAULT_DB_ALIAS] if db is None else db
+    `db`: the thread's connection."""
     db.ensure_connection()
     made_for, logged, cursor = getattr(db, "_jobs_claim_cursor", (None, None, None))
     if made_for is not db.connection or logged != db.queries_logged:

@@ -8,7 +8,7 @@ Directly, the calls are prepared."""
 import logging
 
 import pytest
-from django.db import ProgrammingError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, ProgrammingError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from jobs import claim as claim_sql
@@ -152,12 +152,12 @@ def test_claims_share_one_cursor_per_connection_and_a_new_connection_gets_its_ow
     for n in range(4):
         store.enqueue(f"t{n}", f"k{n}")
     [first], _ = store.finish_and_claim("w1", [], limit=1)
-    kept = claim_sql._claim_cursor()
+    kept = claim_sql._claim_cursor(connections[DEFAULT_DB_ALIAS])
     [second], _ = store.finish_and_claim("w1", [(first, None)], limit=1)
-    assert claim_sql._claim_cursor() is kept
+    assert claim_sql._claim_cursor(connections[DEFAULT_DB_ALIAS]) is kept
     connection.close()
     [third], lost = store.finish_and_claim("w1", [(second, None)], limit=1)
-    assert lost == [] and claim_sql._claim_cursor() is not kept
+    assert lost == [] and claim_sql._claim_cursor(connections[DEFAULT_DB_ALIAS]) is not kept
     with CaptureQueriesContext(connection) as captured:
         [fourth], _ = store.finish_and_claim("w1", [(third, None)], limit=1)
     assert any("jobs_stmt_" in query["sql"] for query in captured.captured_queries)
