@@ -462,12 +462,7 @@ class WorkerFleet:
     def claimed(self) -> list[int]:
         """Jobs each worker claimed, from its log: a `job.claim` line per
         single claim, a `batch.claim jobs=N` line per batch."""
-        counts = []
-        for log in self.logs:
-            text = log.read_bytes()
-            batches = re.findall(rb" batch\.claim jobs=(\d+)", text)
-            counts.append(text.count(b" job.claim ") + sum(int(n) for n in batches))
-        return counts
+        return [_jobs_logged(log.read_bytes(), "claim") for log in self.logs]
 
     def finished(self) -> int:
         """Successes the workers have logged so far: a `job.done` line per
@@ -484,8 +479,7 @@ class WorkerFleet:
                 continue
             whole = chunk[:chunk.rfind(b"\n") + 1]
             self._read_to[n] = offset + len(whole)
-            self._finished += whole.count(b" job.done ") + sum(
-                int(count) for count in re.findall(rb" batch\.done jobs=(\d+)", whole))
+            self._finished += _jobs_logged(whole, "done")
         return self._finished
 
     def stop(self) -> None:
@@ -505,6 +499,14 @@ class WorkerFleet:
             text = log.read_text(errors="replace").splitlines() if log.exists() else []
             out.append(f"--- {log.name}\n" + "\n".join(text[-lines:]))
         return "\n".join(out)
+
+
+def _jobs_logged(text: bytes, event: str) -> int:
+    """Jobs a worker's log lines `text` report for `event` (claim, done): a
+    `job.<event>` line per single job, a `batch.<event> jobs=N` line per
+    batch."""
+    batches = re.findall(rb" batch\." + event.encode() + rb" jobs=(\d+)", text)
+    return text.count(b" job." + event.encode() + b" ") + sum(int(n) for n in batches)
 
 
 def database_url() -> str:
