@@ -158,7 +158,7 @@ class BenchConfig:
 class Throughput:
     """One end-to-end row: `runs` (ours) and `ref_runs` (the raw loop), each
     (seconds, WAL bytes or None); with `--repeat`, the pairs ran one right
-    after the other."""
+    after the other, in turns: ours first, then the raw loop first."""
 
     processes: int
     jobs: int
@@ -566,16 +566,24 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
 
     def row(label: str, jobs: int, processes: int, *, tenants: int = 1, batch: int = 1, cap: int = 0) -> None:
         measured = Throughput(processes, jobs, runs=[], tenants=tenants, batch=batch, lease_cap=cap)
-        for i in range(config.repeat):
+
+        def ours() -> None:
             progress(f"end to end: {label}" + (f" (pair {i + 1} of {config.repeat})" if config.repeat > 1 else ""))
             seconds, wal, measured.claimed_by, cpu = _throughput_ours(jobs, processes, results, tenants=tenants,
                                                                       batch=batch, cap=cap)
             measured.runs.append((seconds, wal))
             measured.cpu.append(cpu)
-            if postgres:
-                ref_seconds, ref_wal, ref_cpu = reference(jobs, processes, batch)
-                measured.ref_runs.append((ref_seconds, ref_wal))
-                measured.ref_cpu.append(ref_cpu)
+
+        def ref() -> None:
+            ref_seconds, ref_wal, ref_cpu = reference(jobs, processes, batch)
+            measured.ref_runs.append((ref_seconds, ref_wal))
+            measured.ref_cpu.append(ref_cpu)
+
+        for i in range(config.repeat):
+            # The pairs run in turns, ours first then the raw loop first: a
+            # host whose speed drifts during a row favours neither side.
+            for run in ((ours, ref) if i % 2 == 0 else (ref, ours)) if postgres else (ours,):
+                run()
         results.throughput.append(measured)
 
     for n in config.processes:
@@ -1107,7 +1115,7 @@ def render(results: Results) -> str:
         pairs = len(results.throughput[0].runs)
         out.append(f"END TO END: no-op jobs ({jobs:,} unless said), the default run_worker (no --tenant, "
                    "--concurrency 1) per process, vs a raw psycopg SKIP LOCKED loop in the same run"
-                   + (f"; {pairs} pairs of runs per row, side by side: median rates, median and range of "
+                   + (f"; {pairs} pairs of runs per row, side by side, in turns (ours first, then the raw loop first): median rates, median and range of "
                       "the pairs' ours/ref" if pairs > 1 else ""))
         rows = []
         for t in results.throughput:

@@ -150,6 +150,31 @@ def test_the_capped_row_is_compared_with_the_uncapped_one_over_the_same_tenants(
                                                                       lease_cap=2)]))
 
 
+def test_end_to_end_pairs_run_in_turns_and_each_ratio_is_its_own_pairs():
+    """`--repeat 3`: ours then the raw loop, then the raw loop first, then
+    ours first again — a host slowing down during a row must not always
+    slow the same side — and each pair's ratio is of its own two runs."""
+    calls = []
+    ours_seconds, ref_seconds = iter([2.0, 4.0, 1.0]), iter([1.0, 3.0, 0.5])
+
+    def ours(jobs, processes, results, **kwargs):
+        calls.append("ours")
+        return next(ours_seconds), None, [jobs], None
+
+    def ref(jobs, processes, **kwargs):
+        calls.append("ref")
+        return next(ref_seconds), None, None
+
+    config = bench.BenchConfig(jobs=100, processes=[4], tenants=[], batches=[], lease_cap=0, repeat=3)
+    results = Results()
+    with mock.patch.object(bench, "_throughput_ours", ours), mock.patch.object(bench, "_throughput_reference", ref), \
+            mock.patch.object(bench, "connection", mock.Mock(vendor="postgresql")):
+        bench._throughput_all(config, results, progress=lambda message: None)
+    assert calls == ["ours", "ref", "ref", "ours", "ours", "ref"]
+    (row,) = results.throughput
+    assert row.ratios == [0.5, 0.5, 0.75]
+
+
 def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_range_of_the_rounds_ratios():
     """`--repeat 3`: one tenant and many tenants run in turns, the order
     swapped each round; each round's ratio is its own (a slow round slows

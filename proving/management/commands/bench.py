@@ -80,8 +80,8 @@ class Command(BaseCommand):
                             help="READY jobs in one tenant for the deep row of claim time vs backlog (default "
                                  f"{FULL['backlog']:,}; 0 skips the section).")
         parser.add_argument("--repeat", type=whole_flag(1, 100), default=1,
-                            help="Pairs of runs (ours, then the raw loop) per end-to-end row, side by side "
-                                 "(default 1). The rows then give the median rates and the median and range of "
+                            help="Pairs of runs (ours and the raw loop) per end-to-end row, side by side, "
+                                 "in turns: ours first, then the raw loop first (default 1). The rows then give the median rates and the median and range of "
                                  "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
                                  "steadier than one run's. The claim time vs tenants runs that many rounds of its "
                                  "two cases in turns, likewise.")
