@@ -568,7 +568,6 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
         measured = Throughput(processes, jobs, runs=[], tenants=tenants, batch=batch, lease_cap=cap)
 
         def ours() -> None:
-            progress(f"end to end: {label}" + (f" (pair {i + 1} of {config.repeat})" if config.repeat > 1 else ""))
             seconds, wal, measured.claimed_by, cpu = _throughput_ours(jobs, processes, results, tenants=tenants,
                                                                       batch=batch, cap=cap)
             measured.runs.append((seconds, wal))
@@ -580,9 +579,9 @@ def _throughput_all(config: BenchConfig, results: Results, progress: Callable[[s
             measured.ref_cpu.append(ref_cpu)
 
         for i in range(config.repeat):
-            # The pairs run in turns, ours first then the raw loop first: a
-            # host whose speed drifts during a row favours neither side.
-            for run in ((ours, ref) if i % 2 == 0 else (ref, ours)) if postgres else (ours,):
+            progress(f"end to end: {label}" + (f" (pair {i + 1} of {config.repeat})" if config.repeat > 1 else ""))
+            # A host whose speed drifts during a row favours neither side.
+            for run in _in_turns(i, (ours, ref) if postgres else (ours,)):
                 run()
         results.throughput.append(measured)
 
@@ -955,12 +954,19 @@ def _claim_vs_tenants(config: BenchConfig) -> list[ClaimCase]:
     cases = {"one": None, "many": many}
     rounds: dict[str, list[tuple[float, float, int | None]]] = {name: [] for name in cases}
     for i in range(config.repeat):
-        for name in (cases if i % 2 == 0 else reversed(cases)):
+        for name in _in_turns(i, tuple(cases)):
             rounds[name].append(_claim_times(name, config.claims, cases[name]))
     one, spread = _median_case(rounds["one"]), _median_case(rounds["many"])
     ratios = sorted(m[0] / o[0] for o, m in zip(rounds["one"], rounds["many"]))
     return [ClaimCase("1 tenant with READY work", 1, *one),
             ClaimCase(f"{len(many):,} tenants with READY work", len(many), *spread, ratios=ratios)]
+
+
+def _in_turns(round_number: int, sides: tuple) -> tuple:
+    """The order `sides` run in, in round `round_number` (from 0) of runs
+    side by side: as given, then reversed, and so on — what both the
+    end-to-end pairs and the claim-time rounds follow."""
+    return sides if round_number % 2 == 0 else sides[::-1]
 
 
 def _median_case(timings: list[tuple[float, float, int | None]]) -> tuple[float, float, int | None]:
@@ -1115,8 +1121,8 @@ def render(results: Results) -> str:
         pairs = len(results.throughput[0].runs)
         out.append(f"END TO END: no-op jobs ({jobs:,} unless said), the default run_worker (no --tenant, "
                    "--concurrency 1) per process, vs a raw psycopg SKIP LOCKED loop in the same run"
-                   + (f"; {pairs} pairs of runs per row, side by side, in turns (ours first, then the raw loop first): median rates, median and range of "
-                      "the pairs' ours/ref" if pairs > 1 else ""))
+                   + (f"; {pairs} pairs of runs per row, side by side, in turns (ours first, then the raw "
+                      "loop first): median rates, median and range of the pairs' ours/ref" if pairs > 1 else ""))
         rows = []
         for t in results.throughput:
             ratio = t.ratio

@@ -81,8 +81,8 @@ class Command(BaseCommand):
                                  f"{FULL['backlog']:,}; 0 skips the section).")
         parser.add_argument("--repeat", type=whole_flag(1, 100), default=1,
                             help="Pairs of runs (ours and the raw loop) per end-to-end row, side by side, "
-                                 "in turns: ours first, then the raw loop first (default 1). The rows then give the median rates and the median and range of "
-                                 "the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
+                                 "in turns: ours first, then the raw loop first (default 1). The rows then give "
+                                 "the median rates and the median and range of the pairs' ours/ref: on a machine whose speed drifts, a pair's ratio is "
                                  "steadier than one run's. The claim time vs tenants runs that many rounds of its "
                                  "two cases in turns, likewise.")
         parser.add_argument("--lease-cap", type=whole_flag(0, 1000), default=2,
