@@ -12,7 +12,6 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from durable.numbers import NumberRefused, whole_number
-
 from jobs import access
 from jobs.access import OPERATOR, DecisionRefused, decision_logged
 from jobs.models import Job

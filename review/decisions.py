@@ -24,7 +24,6 @@ from django.db import transaction
 from django.db.models import Q
 
 from durable.numbers import NumberRefused, whole_number
-
 from jobs import access
 from jobs.access import DecisionRefused, decision_logged
 from jobs.actions import action_spec
