@@ -14,9 +14,9 @@ class CompanyConfig(AppConfig):
 
         register_decision(Decision("approve_quote", "Approve quote", "company.approve_quote",
                                    frozenset({REVIEWER}), frozenset()))
-        # The tenant's review policy is the engine's (due times, four eyes);
-        # the reviewers' digest and overdue emails register their actions.
-        from jobs.review_policy import register_review_policy
+        # The tenant's review policy is the review layer's (due times, four
+        # eyes); the reviewers' digest and overdue emails register their actions.
+        from review.policy import register_review_policy
 
         from . import review_notify  # noqa: F401
         from .review_policy import review_terms_for

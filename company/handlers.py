@@ -72,7 +72,7 @@ EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=
 
 QS = Quote.Status
 # The customer's address is personal data: a viewer reads these jobs'
-# previews and requests without it (jobs.masking).
+# previews and requests without it (review.masking).
 SENSITIVE = ("to",)
 
 

@@ -10,8 +10,7 @@ change, its outbox event and the admin `LogEntry` commit together.
 from django.db import transaction
 
 from jobs import access
-from jobs.access import DecisionRefused
-from jobs.review import decision_logged
+from jobs.access import DecisionRefused, decision_logged
 
 from .models import Quote
 from .services import quote_approve_locked

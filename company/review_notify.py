@@ -1,4 +1,4 @@
-"""Telling a tenant's reviewers what waits for them (issue 22).
+"""Telling a tenant's reviewers what waits for them.
 
 - **Digest**: at most one email per reviewer per period (the tenant's
   `review_digest_every`). A periodic task of every worker enqueues one
@@ -7,7 +7,7 @@
   key `review-digest-<tenant>-<period>-u<user id>` — the key is the
   once-per-period rule: enqueueing it again (another worker, a late sweep, a
   retried plan) creates nothing.
-- **Overdue**: when a review becomes overdue (`jobs.review_escalation`) each
+- **Overdue**: when a review becomes overdue (`review.escalation`) each
   reviewer of the tenant gets one email about it, keyed by the job, the
   review's round and the reviewer.
 
@@ -26,10 +26,10 @@ from jobs.actions import JobContext, action
 from jobs.clock import db_now
 from jobs.models import Job
 from jobs.periodic import periodic_task
-from jobs.review_escalation import register_overdue_notifier
 from jobs.states import State
 from jobs.store import Store
 from operations.protocol import operation_settle
+from review.escalation import register_overdue_notifier
 
 from .handlers import EMAIL_RETRY, _held, _send_once
 from .models import Membership, Tenant, TenantPolicy

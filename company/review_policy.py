@@ -1,4 +1,4 @@
-"""A tenant's review policy, handed to the engine (`jobs.review_policy`):
+"""A tenant's review policy, handed to the review layer (`review.policy`):
 per action (or the tenant's default row, `action` empty) how many different
 people approve, when a review is due, when the policy rejects it, and
 whether a correction restarts the clock."""
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from jobs.review_policy import ReviewTerms
+from review.policy import ReviewTerms
 
 from .models import ReviewPolicy, Tenant
 

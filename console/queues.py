@@ -1,10 +1,10 @@
 """The console's queues (DESIGN §16): items waiting for review and items
 that need an operator, searched and filtered by query parameters that every
 link keeps (pages, bulk previews, the next item after a decision); bulk
-decisions over a queue's query (`jobs.bulk`); assignment (`jobs.assignment`).
+decisions over a queue's query (`review.bulk`); assignment (`review.assignment`).
 
 Thin, as every console page: the set of items is the one selector
-`queue_jobs`, the decisions are the engine's services, who may see what is
+`queue_jobs`, the decisions are the review layer's services, who may see what is
 `jobs.access`."""
 
 from urllib.parse import urlencode, urlsplit
@@ -22,14 +22,15 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from durable.numbers import NumberRefused, whole_number
-from jobs import access, assignment, bulk
+from jobs import access
 from jobs.actions import registered_actions
-from jobs.masking import job_masker
 from jobs.models import DecisionBatch, Job
-from jobs.review import NOTE_MAX_CHARS
 from jobs.search import AGES, SEARCH_MAX_CHARS, SEARCH_MIN_CHARS, jobs_matching
 from jobs.states import State
 from operations.models import Operation
+from review import assignment, bulk
+from review.decisions import NOTE_MAX_CHARS
+from review.masking import job_masker
 
 from .timer_views import queue_deadlines
 
@@ -119,7 +120,7 @@ def _queue(request, state: str, template: str):
     for job in page:
         ops = operations.get(job.pk, [])
         # A viewer reads the reasons and errors with the action's sensitive
-        # values masked, as on the decision page (jobs.masking).
+        # values masked, as on the decision page (review.masking).
         masker = job_masker(job, sees_sensitive=access.sees_sensitive(job.tenant, scope=scope),
                             also=[op.request for op in ops])
         rows.append({"job": job, "deadline": deadlines.get(job.pk), "reason": masker.text(job.wait_reason),

@@ -1,6 +1,6 @@
 """A job's evidence timeline (selectors): its history events, operations and
 their events, receipts, timers and inbound events interleaved, newest first,
-with what other apps record about the job (`jobs.admin.register_timeline_source`).
+with what other apps record about the job (`review.admin.register_timeline_source`).
 
 Bounded at any size: a page is the newest `PAGE` job events before a cursor
 (index `jobevent_job_id`) plus the other items whose time falls within the
@@ -18,11 +18,11 @@ from datetime import datetime
 from django.core.serializers.json import DjangoJSONEncoder
 
 from jobs import access
-from jobs.admin import timeline_sources
-from jobs.masking import CLEAR, Masker, job_masker
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from jobs.states import State
 from operations.models import Operation, OperationEvent, Receipt
+from review.admin import timeline_sources
+from review.masking import CLEAR, Masker, job_masker
 
 PAGE = 50
 OTHER_LIMIT = 200  # other items per page span (a job has few; the cap bounds a pathological one)
@@ -65,7 +65,7 @@ def _event_entry(e: JobEvent, masker: Masker) -> Entry:
         detail += " — corrected: " + "; ".join(
             f"{name}: {masker.field(name, c['before'])!r} → {masker.field(name, c['after'])!r}"
             for name, c in correction.items())
-    # A bulk decision's event names its batch (jobs.bulk): the entry links to it.
+    # A bulk decision's event names its batch (review.bulk): the entry links to it.
     batch = (e.detail or {}).get("batch") if isinstance(e.detail, dict) else None
     if batch:
         detail += f" — bulk decision, batch {batch}"
@@ -137,7 +137,7 @@ def timeline_page(job: Job, *, before: int | None = None, masker: Masker = CLEAR
         entries.append(Entry(at=i.received_at, kind="inbound", title=f"inbound {i.event_type} from {i.provider}",
                              detail=f"{i.state} {i.note}".strip(), link="admin:jobs_inboundevent_change", pk=i.pk))
     for source in timeline_sources():
-        # Other apps' records about this job (jobs.admin.register_timeline_source).
+        # Other apps' records about this job (review.admin.register_timeline_source).
         for item in source(job, since=lower, until=upper, limit=OTHER_LIMIT):
             entries.append(Entry(at=item.at, kind=item.kind, title=item.title, detail=item.detail,
                                  actor=item.actor, link=item.link, pk=item.pk))

@@ -1,7 +1,7 @@
-"""The console's part of a review's clock and of a job's waits (issue 22):
+"""The console's part of a review's clock and of a job's waits:
 what the decision page shows (due time, overdue, first approvals, pending
 timers) and the operators' forms on timers and waits — each a POST that
-calls one service of `jobs.review` (permission, role, tenant and the state
+calls one service of `review.decisions` (permission, role, tenant and the state
 the operator saw are checked there) and comes back to the page."""
 
 from datetime import UTC, datetime
@@ -11,12 +11,13 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from jobs import access, review
+from jobs import access
 from jobs.errors import JobError
 from jobs.models import Job
-from jobs.review_due import is_overdue, review_deadlines_for
-from jobs.review_policy import review_terms
 from jobs.states import State
+from review import decisions
+from review.due import is_overdue, review_deadlines_for
+from review.policy import review_terms
 
 __all__ = ["review_clock", "queue_deadlines", "timer_run_now", "timer_reschedule", "wait_cancel"]
 
@@ -38,8 +39,8 @@ def review_clock(request, job: Job) -> dict:
         "deadline": deadline,
         "overdue": is_overdue(deadline),
         "approvals_required": required,
-        "first_approvals": review.approvals_so_far(job) if required > 1 else [],
-        "timers": list(review.job_timers(job)[:20]),
+        "first_approvals": decisions.approvals_so_far(job) if required > 1 else [],
+        "timers": list(decisions.job_timers(job)[:20]),
         "may_run_timer": access.may(request.user, "run_timer", job, scope=scope),
         "may_reschedule_timer": access.may(request.user, "reschedule_timer", job, scope=scope),
         "may_cancel_wait": access.may(request.user, "cancel_wait", job, scope=scope),
@@ -55,7 +56,7 @@ def _job_or_404(request, job_id) -> Job:
 def _taken(request, job: Job, decision: str, call) -> object:
     label = access.DECISIONS[decision].label
     try:
-        changed = call(review.seen_event_from(request.POST.get("seen_event", "")))
+        changed = call(decisions.seen_event_from(request.POST.get("seen_event", "")))
     except (access.DecisionRefused, JobError) as exc:
         messages.error(request, f"{label} refused: {exc}")
     else:
@@ -67,7 +68,7 @@ def _taken(request, job: Job, decision: str, call) -> object:
 def timer_run_now(request, job_id, timer_id):
     """Make one of the job's pending timers due now."""
     job = _job_or_404(request, job_id)
-    return _taken(request, job, "run_timer", lambda seen: review.timer_run_now(
+    return _taken(request, job, "run_timer", lambda seen: decisions.timer_run_now(
         job_id=job.pk, timer_id=timer_id, user=request.user, note=request.POST.get("note", ""), seen_event=seen))
 
 
@@ -83,7 +84,7 @@ def timer_reschedule(request, job_id, timer_id):
                                 f"(YYYY-MM-DD HH:MM, UTC); nothing changed")
         return redirect("console:decide", job.pk)
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
-    return _taken(request, job, "reschedule_timer", lambda seen: review.timer_reschedule(
+    return _taken(request, job, "reschedule_timer", lambda seen: decisions.timer_reschedule(
         job_id=job.pk, timer_id=timer_id, user=request.user, note=request.POST.get("note", ""), seen_event=seen,
         scheduled_for=at))
 
@@ -92,5 +93,5 @@ def timer_reschedule(request, job_id, timer_id):
 def wait_cancel(request, job_id):
     """End the job's external wait (CANCELLED), with the operator's reason."""
     job = _job_or_404(request, job_id)
-    return _taken(request, job, "cancel_wait", lambda seen: review.job_cancel_wait(
+    return _taken(request, job, "cancel_wait", lambda seen: decisions.job_cancel_wait(
         job_id=job.pk, user=request.user, note=request.POST.get("note", ""), seen_event=seen))

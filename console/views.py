@@ -1,5 +1,5 @@
 """The console's pages (thin: read through selectors, decide through
-`jobs.review` / `operations.review`; who may see and do what is asked of
+`review.decisions` / `operations.review`; who may see and do what is asked of
 `jobs.access`, never decided here)."""
 
 from django.apps import apps
@@ -13,7 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from durable.numbers import NumberRefused, whole_number
-from jobs import access, review
+from jobs import access
 from jobs.actions import action_preview
 from jobs.errors import JobError
 from jobs.models import Job, JobEvent
@@ -21,6 +21,7 @@ from jobs.payloads import payload_display
 from jobs.selectors import newest_events
 from jobs.states import State
 from operations.models import IN_DOUBT, Operation
+from review import decisions
 
 from .queues import assignment_context, next_item_url
 from .queues import console_context as _context
@@ -29,10 +30,10 @@ from .timeline import reader_masker, timeline_json, timeline_page
 from .timer_views import review_clock
 
 SERVICES = {
-    "approve": review.job_approve,
-    "reject": review.job_reject,
-    "retry": review.job_retry,
-    "cancel": review.job_cancel,
+    "approve": decisions.job_approve,
+    "reject": decisions.job_reject,
+    "retry": decisions.job_retry,
+    "cancel": decisions.job_cancel,
 }
 JOB_DECISIONS = frozenset({*SERVICES, "correct", "resolve"})
 
@@ -127,13 +128,13 @@ def _decision_response(request, job: Job, *, posted: dict | None = None, correct
     # operation in doubt, say) is not offered; the page says why.
     held_back: dict[str, list[str]] = {}
     for name, d in list(allowed.items()):
-        reason = review.guard_refusal(name, job)
+        reason = decisions.guard_refusal(name, job)
         if reason:
             held_back.setdefault(reason, []).append(d.label)
             del allowed[name]
     in_doubt = [op for op in operations if op.state in IN_DOUBT]
     if "correct" in allowed and correction is None:
-        correction = review.correction_form(job)
+        correction = decisions.correction_form(job)
     if "correct" not in allowed or correction is None:
         allowed.pop("correct", None)
         correction = None
@@ -161,7 +162,7 @@ def _decision_response(request, job: Job, *, posted: dict | None = None, correct
         held_back=held_back,
         correction=correction,
         posted=posted or {},
-        note_max=review.NOTE_MAX_CHARS,
+        note_max=decisions.NOTE_MAX_CHARS,
         next_url=request.GET.get("next", "") if posted is None else request.POST.get("next", ""),
         assignment=assignment_context(request, job),
         **review_clock(request, job),
@@ -187,18 +188,18 @@ def _refused(request, job: Job, decision: str, exc: Exception):
               "evidence": request.POST.get("evidence", ""), "error": str(exc)}
     correction = None
     if decision == "correct" and job.state == State.WAITING_REVIEW:
-        correction = review.correction_form(job, data=request.POST)
+        correction = decisions.correction_form(job, data=request.POST)
         if correction is not None:
             correction.is_valid()
             for name, errors in getattr(exc, "errors", {}).items():
                 if name not in correction.errors:
                     for error in errors:
                         correction.add_error(name if name in correction.fields else None, error)
-            if isinstance(exc, review.CorrectionInvalid):
+            if isinstance(exc, decisions.CorrectionInvalid):
                 posted["error"] = "the correction is not valid: see the fields below"
     messages.error(request, f"{label} refused: {posted['error']}")
     return _decision_response(request, job, posted=posted, correction=correction,
-                              status=409 if isinstance(exc, review.AlreadyDecided) else 400)
+                              status=409 if isinstance(exc, decisions.AlreadyDecided) else 400)
 
 
 @require_POST
@@ -212,12 +213,12 @@ def decide(request, job_id, decision):
     note = request.POST.get("note", "")
     try:
         # Every decision is conditional on the state the person saw.
-        seen_event = review.seen_event_from(request.POST.get("seen_event", ""))
+        seen_event = decisions.seen_event_from(request.POST.get("seen_event", ""))
         if decision == "correct":
-            changed = review.job_correct_and_approve(job_id=job.pk, user=request.user, note=note,
+            changed = decisions.job_correct_and_approve(job_id=job.pk, user=request.user, note=note,
                                                      seen_event=seen_event, data=request.POST)
         elif decision == "resolve":
-            changed = review.job_resolve(job_id=job.pk, user=request.user, note=note, seen_event=seen_event,
+            changed = decisions.job_resolve(job_id=job.pk, user=request.user, note=note, seen_event=seen_event,
                                          evidence=request.POST.get("evidence", ""))
         elif decision in SERVICES:
             changed = SERVICES[decision](job_id=job.pk, user=request.user, note=note, seen_event=seen_event)

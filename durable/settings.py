@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "axes",
     "django_tasks",
     "jobs",
+    "review",
     "operations",
     "connectors",
     "company",

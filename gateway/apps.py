@@ -26,7 +26,7 @@ class GatewayConfig(AppConfig):
         register_dispatch_guard(agent_hold)
 
         # Callbacks about a proposal appear in its job's evidence timeline.
-        from jobs.admin import register_timeline_source
+        from review.admin import register_timeline_source
 
         from .callbacks import timeline_items
 

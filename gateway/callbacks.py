@@ -44,7 +44,6 @@ from connectors.http_exchange import ExchangeLimits
 from connectors.registry import UnknownProvider, register_connector_family
 from connectors.webhook import WebhookConnector
 from jobs.actions import JobContext, action
-from jobs.admin import TimelineItem
 from jobs.errors import NeedsAttention, PermanentError
 from jobs.inbound import signature_for
 from jobs.periodic import periodic_task
@@ -55,6 +54,7 @@ from jobs.store import Store
 from jobs.validation import max_payload_bytes
 from operations.protocol import operation_perform
 from operations.selectors import receipts_for_job
+from review.admin import TimelineItem
 
 from .models import Agent, AgentProposal, CallbackEvent
 from .services import callback_allow_private, callback_require_https, proposal_view

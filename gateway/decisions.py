@@ -14,8 +14,7 @@ from django.http import Http404
 
 from company.models import Tenant
 from jobs import access
-from jobs.access import DecisionRefused
-from jobs.review import decision_logged
+from jobs.access import DecisionRefused, decision_logged
 
 from .keys import IssuedKey
 from .models import Agent

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from django.conf import settings
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.http import Http404
 from django.utils.module_loading import import_string
 
@@ -151,7 +152,7 @@ def may_view_jobs(user) -> bool:
 
 # The roles that read a job's sensitive payload fields in clear: those who
 # decide on it need the address they approve or correct. A viewer reads the
-# story with those fields masked (`jobs.masking`).
+# story with those fields masked (by the review layer's masking).
 SEES_SENSITIVE = frozenset({REVIEWER, OPERATOR, "superuser"})
 
 
@@ -221,3 +222,10 @@ def get_visible_or_404(queryset, user=None, *, scope: Scope | None = None, tenan
     if obj is None:
         raise Http404("no such object")
     return obj
+
+
+def decision_logged(*, user, obj, message: str) -> None:
+    """The admin's History entry for a decision (same transaction as it):
+    every human decision, of the engine's pages or of an app above, is told
+    by the object's History button too."""
+    LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message, single_object=True)

@@ -47,7 +47,7 @@ class ActionSpec:
     # `preview(job) -> Preview`: what approving the job will do, rendered now
     # from the records (see `Preview`); None: the console shows the payload.
     preview: Callable[[Any], "Preview"] | None = None
-    # Payload fields a viewer sees masked (jobs.masking), wherever the job's
+    # Payload fields a viewer sees masked (by the review layer), wherever the job's
     # data is shown: its payload, preview, history and requests.
     sensitive: frozenset[str] = frozenset()
     # What of a job of this action the console's text search reads besides
@@ -121,7 +121,7 @@ def action(name: str, *, retry: RetryPolicy | None = None, timeout: float | None
     `preview(job) -> Preview`: what approving a job of this action will do,
     rendered from the records as they are now (the decision page shows it
     first). It only reads; an exception it raises is shown, not raised.
-    `sensitive`: payload field names a viewer sees masked (`jobs.masking`).
+    `sensitive`: payload field names a viewer sees masked (`access.sees_sensitive`).
     `searchable`: the payload field names the console's search reads (the
     recipient, a subject line), or a function `(job) -> iterable of str`
     computing them (called when the job is created or corrected; it must

@@ -13,9 +13,6 @@ class JobsConfig(AppConfig):
         # tasks, and the inbound built-ins, in every process; the Django tasks
         # runner and the audit's action; the django-q2 allow-list guard.
         from . import audit, inbound, outbox, schedules, tasks_backend, timers  # noqa: F401
-        # Review deadlines plan and end with every move into and out of
-        # review; their escalation action is registered with the others.
-        from . import review_due, review_escalation  # noqa: F401
         # A web request or a calendar task that meets a prepared statement a
         # transaction pooler moved says which setting is wrong (jobs.pooling).
         from django.core.signals import got_request_exception

@@ -420,8 +420,8 @@ class Timer(models.Model):
 
 
 class ReviewDeadline(models.Model):
-    """The clock of a job's current stay in WAITING_REVIEW (`jobs.review_due`):
-    which `round` it is (a new stay, or a correction the policy lets restart
+    """The clock of a job's current stay in WAITING_REVIEW (kept by the review
+    layer through `store.on_review_change`): which `round` it is (a new stay, or a correction the policy lets restart
     the clock, begins a new one; the round's timers die with it), when it is
     due, and since when it is overdue. Deleted when the job leaves review."""
 
@@ -478,9 +478,10 @@ class ReadyTenant(models.Model):
 
 
 class DecisionBatch(models.Model):
-    """One bulk decision over a queue's query (`jobs.bulk`): the exact items
-    its preview showed, each with the history row it was seen at, and what
-    became of each when it was taken. Each decided job's event names it."""
+    """One bulk decision over a queue's query (the review layer takes it):
+    the exact items its preview showed, each with the history row it was
+    seen at, and what became of each when it was taken. Each decided job's
+    event names it."""
 
     class Status(models.TextChoices):
         PREVIEWED = "PREVIEWED", "Previewed"

@@ -140,7 +140,7 @@ def correction_form_class(action: str) -> type | None:
     jobs: the action's own `review_form`, else the fields its schema marks
     correctable; None when there are none. What the form accepts is checked
     once more against the whole schema when the correction is taken
-    (`jobs.review.job_correct_and_approve`)."""
+    (the review layer's correct-and-approve decision)."""
     spec = action_spec(action)
     if spec is None:
         return None

@@ -46,8 +46,8 @@ _ENQUEUE_ARRAY_TYPES = ("varchar", "varchar", "varchar", "varchar", "varchar", "
                         "timestamptz", "integer", "text")
 
 # Told, in the transaction of the change, that a job entered or left
-# WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review deadlines
-# (`jobs.review_due`) register here, so every path into or out of review —
+# WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review layer's
+# deadlines register here, so every path into or out of review —
 # a proposal, a handler's wait, a failure, a decision — plans or ends them.
 _review_hooks: list = []
 

@@ -17,9 +17,9 @@ from jobs import access
 from jobs.access import DecisionRefused
 from jobs.admin_scope import ScopedAdmin, TenantFilter
 from jobs.errors import JobError
-from jobs.masking import job_masker
-from jobs.review import NOTE_MAX_CHARS, seen_event_from
 from jobs.selectors import newest_event
+from review.decisions import NOTE_MAX_CHARS, seen_event_from
+from review.masking import job_masker
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationEvent, Receipt

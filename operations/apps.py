@@ -17,10 +17,10 @@ class OperationsConfig(AppConfig):
         register_decision(Decision("clear_pause", "Clear connector pause", "operations.decide_operation",
                                    frozenset({OPERATOR}), frozenset()))
 
-        # The engine's console decisions must respect operations: never end
+        # The review layer's decisions must respect operations: never end
         # a job (resolve, cancel, reject) around an operation in doubt, never
         # correct a request the provider may already hold.
-        from jobs.review import register_guard
+        from review.decisions import register_guard
 
         from .review import refuse_correction_after_dispatch, refuse_ending_around_doubt
 

@@ -47,7 +47,7 @@ class EmailPayload(BaseModel):
 
 def send_step(payload: dict) -> str:
     """The operation step of this payload's revision: a reviewer's
-    correction (`jobs.review.job_correct_and_approve`) raises `revision`, so
+    correction (`review.decisions.job_correct_and_approve`) raises `revision`, so
     the corrected request is a new operation with a new id, and the rejected
     one stays as evidence."""
     revision = payload.get("revision") or 1

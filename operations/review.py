@@ -4,7 +4,7 @@
 user saw, and writes the job's event and an admin `LogEntry` in the same
 transaction as the change.
 
-Also the guards this app adds to the engine's decisions (`jobs.review`):
+Also the guards this app adds to the review layer's decisions (`review.decisions`):
 a job whose operation is in doubt is never ended around it (resolved,
 cancelled or rejected: the operation would stay undecidable and the job
 unprunable for ever) — the operation's decision ends the job instead — and a
@@ -14,10 +14,10 @@ payload is never corrected while an operation may have reached the provider.
 from django.db import transaction
 
 from jobs import access
-from jobs.access import DecisionRefused
+from jobs.access import DecisionRefused, decision_logged
 from jobs.models import Job
-from jobs.review import check_seen, decision_logged, decision_text, job_for_decision, job_retry
 from jobs.selectors import jobs_needing_attention
+from review.decisions import check_seen, decision_text, job_for_decision, job_retry
 
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationState, Receipt
 from .services import connector_pause_clear, operation_confirm_not_accepted, operation_resolve_by_human

@@ -178,8 +178,8 @@ def _bulk_case(user, progress) -> BulkCase:
     search and approved in one bulk decision through the single path."""
     from django.urls import resolve
 
-    from jobs import bulk
     from jobs.store import Store
+    from review import bulk
 
     progress(f"queues: {BULK_ITEMS} proposals for one bulk approve")
     store = Store()

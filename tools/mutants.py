@@ -381,11 +381,11 @@ MUTANTS: list[Mutant] = [
         Edit("operations/apps.py", 'for ending in ("resolve", "cancel", "reject"):', 'for ending in ("resolve", "reject"):'),),
         (f"{DECISIONS_HARDENING}::test_cancelling_a_job_whose_operation_is_in_doubt_is_refused_and_nothing_changes",)),
     Mutant("seen-state-required", "a decision that does not say which state its person saw is refused", (
-        Edit("jobs/review.py", "        raise DecisionRefused(_NOT_SEEN)", "        return", after="def check_seen("),),
+        Edit("review/decisions.py", "        raise DecisionRefused(_NOT_SEEN)", "        return", after="def check_seen("),),
         (f"{DECISIONS_HARDENING}::test_a_crafted_operation_decision_without_the_seen_state_is_refused",
          f"{DECISIONS_HARDENING}::test_every_decision_service_refuses_without_the_seen_state")),
     Mutant("note-maximum", "a note or evidence longer than the maximum is refused", (
-        Edit("jobs/review.py", "    if len(text) > NOTE_MAX_CHARS:", "    if False:"),),
+        Edit("review/decisions.py", "    if len(text) > NOTE_MAX_CHARS:", "    if False:"),),
         (f"{DECISIONS_HARDENING}::test_a_note_of_several_pages_is_refused_and_nothing_is_stored",
          f"{DECISIONS_HARDENING}::test_evidence_of_several_pages_is_refused_on_every_decision_that_takes_it")),
     Mutant("strict-request-number", "a number from a request is ASCII digits (never a 500 on '²')", (
@@ -526,7 +526,7 @@ MUTANTS: list[Mutant] = [
               "    return uuid.uuid4()")),
         ("tests/gateway/test_callbacks.py::test_a_decision_and_the_outcome_reach_the_agent_signed_each_once",)),
     Mutant("bulk-seen-state", "a bulk decision is conditional on the state each item had in its preview", (
-        Edit("jobs/bulk.py",
+        Edit("review/bulk.py",
              "            service(job_id=job_id, user=user, note=note, seen_event=seen_event, batch=batch.pk)",
              "            service(job_id=job_id, user=user, note=note, batch=batch.pk, seen_event=JobEvent.objects"
              ".filter(job_id=job_id).order_by('-id').values_list('id', flat=True).first())"),),
@@ -538,7 +538,7 @@ MUTANTS: list[Mutant] = [
         ("tests/console/test_queues.py::test_the_preview_holds_only_the_users_tenants_and_the_queues_state",
          "tests/console/test_queues.py::test_search_is_case_insensitive_over_key_recipient_subject_proposer_and_rationale")),
     Mutant("bulk-token-owner", "a bulk preview's token is taken only by the user it was issued to", (
-        Edit("jobs/bulk.py", "        if batch is None or batch.user_id != user.pk:", "        if batch is None:"),),
+        Edit("review/bulk.py", "        if batch is None or batch.user_id != user.pk:", "        if batch is None:"),),
         ("tests/console/test_queues.py::test_a_token_is_taken_once_and_only_by_its_user",)),
     Mutant("callback-address-checked", "a callback URL resolving to a non-public address is refused at delivery", (
         Edit("connectors/webhook.py", "            if problem:", "            if False:",
@@ -546,21 +546,21 @@ MUTANTS: list[Mutant] = [
         ("tests/gateway/test_callbacks.py::test_a_callback_address_is_checked_when_delivering_not_only_when_saved",
          "tests/connectors/test_webhook.py")),
     Mutant("correction-line-breaks", "a correction compares and stores a textarea's CRLF as LF", (
-        Edit("jobs/review.py", '        return value.replace("\\r\\n", "\\n").replace("\\r", "\\n")', "        return value"),),
+        Edit("review/decisions.py", '        return value.replace("\\r\\n", "\\n").replace("\\r", "\\n")', "        return value"),),
         ("tests/console/test_decision_page.py::test_a_correction_of_only_the_address_sent_with_crlf_records_no_body_change",
          "tests/console/test_decision_page.py::test_a_corrected_body_is_stored_with_lf_line_breaks")),
     Mutant("viewer-masking", "a viewer reads an action's sensitive fields masked", (
         Edit("jobs/access.py", "    return scope.role(tenant) in SEES_SENSITIVE", "    return True"),),
         ("tests/console/test_decision_page.py::test_a_viewer_reads_the_sensitive_fields_masked_and_those_who_decide_in_clear",)),
     Mutant("evidence-required", "resolving with empty evidence is refused", (
-        Edit("jobs/review.py", '    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)',
+        Edit("review/decisions.py", '    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)',
              '    evidence = decision_text(evidence, what="evidence", required=False)'),),
         ("tests/console/test_decision_page.py::test_resolving_without_evidence_is_refused_and_the_page_keeps_the_note",)),
     Mutant("four-eyes-distinct-approvers", "a two-approval policy needs two different people", (
-        Edit("jobs/review.py", "        if event.actor == username:", "        if False:"),),
+        Edit("review/decisions.py", "        if event.actor == username:", "        if False:"),),
         ("tests/console/test_review_policy.py",)),
     Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
-        Edit("jobs/review.py", "    if proposer and proposer == username:", "    if False:"),),
+        Edit("review/decisions.py", "    if proposer and proposer == username:", "    if False:"),),
         ("tests/console/test_review_policy.py",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',

@@ -19,7 +19,7 @@ from django_q.models import Schedule
 
 from company.models import Membership, Quote
 from jobs.models import Job, JobEvent
-from jobs.review import job_approve
+from review.decisions import job_approve
 from tests.console.conftest import ensure_roles
 from tests.support import ProcessOutput, wait_for
 

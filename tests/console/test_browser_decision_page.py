@@ -15,8 +15,8 @@ import pytest
 from django.utils import timezone
 from django.contrib.auth.models import Group, Permission
 
-from jobs.masking import MASK
 from operations.models import Operation
+from review.masking import MASK
 from tests.factories import OperationFactory, ReceiptFactory
 from tests.support import wait_for
 

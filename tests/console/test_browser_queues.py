@@ -9,8 +9,8 @@ Set CONSOLE_SCREENSHOTS=<dir> to keep screenshots of the pages."""
 import pytest
 
 from jobs.models import DecisionBatch, Job
-from jobs.review import job_reject
 from jobs.store import Store
+from review.decisions import job_reject
 
 from . import test_browser as console_browser
 from .conftest import newest_event, shot

@@ -7,9 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
-from jobs import bulk
 from jobs.models import Job, JobEvent
-from jobs.review import AlreadyDecided, job_reject
+from review import bulk
+from review.decisions import AlreadyDecided, job_reject
 from tests.factories import MembershipFactory, UserFactory
 
 from .conftest import make_job, newest_event

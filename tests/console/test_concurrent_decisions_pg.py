@@ -8,7 +8,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.db import connection
 
-from jobs.review import AlreadyDecided, job_approve, job_reject
+from review.decisions import AlreadyDecided, job_approve, job_reject
 from tests.factories import MembershipFactory, UserFactory
 
 from .conftest import make_job, newest_event

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from jobs import review
 from jobs.access import DecisionRefused
 from jobs.actions import Preview, action_preview
-from jobs.masking import MASK
+from review import decisions
+from review.masking import MASK
 from tests.factories import OperationFactory
 
 from .conftest import decide, make_job, newest_event
@@ -43,13 +43,13 @@ def test_a_corrected_body_is_stored_with_lf_line_breaks(client, people):
         "correct-to": "a@example.com", "correct-subject": EMAIL["subject"], "correct-body": "Dear Ana,\r\n\r\nhere.\rBye"})
     job.refresh_from_db()
     assert job.payload["body"] == "Dear Ana,\n\nhere.\nBye"
-    assert review.line_breaks_normalised("a\r\nb\rc\n") == "a\nb\nc\n"
+    assert decisions.line_breaks_normalised("a\r\nb\rc\n") == "a\nb\nc\n"
 
 
 def test_a_correction_with_only_crlf_changes_is_nothing_corrected(client, people):
     job = make_job("q-1", "WAITING_REVIEW", action="connectors.send_email", payload={**EMAIL, "to": "a@example.com"})
     with pytest.raises(DecisionRefused, match="nothing was corrected"):
-        review.job_correct_and_approve(job_id=job.pk, user=people["reviewer"], note="x",
+        decisions.job_correct_and_approve(job_id=job.pk, user=people["reviewer"], note="x",
                                        seen_event=newest_event(job),
                                        data={"correct-to": "a@example.com", "correct-subject": EMAIL["subject"],
                                              "correct-body": _crlf(EMAIL["body"])})
@@ -59,7 +59,7 @@ def test_a_correction_with_only_crlf_changes_is_nothing_corrected(client, people
 def test_resolving_without_evidence_is_refused_and_the_page_keeps_the_note(client, people, evidence):
     job = make_job("invoice-9", "NEEDS_ATTENTION")
     with pytest.raises(DecisionRefused, match="evidence is required"):
-        review.job_resolve(job_id=job.pk, user=people["operator"], note="sent by hand", evidence=evidence,
+        decisions.job_resolve(job_id=job.pk, user=people["operator"], note="sent by hand", evidence=evidence,
                            seen_event=newest_event(job))
     client.force_login(people["operator"])
     response = decide(client, job, "resolve", note="sent by hand", evidence=evidence)
@@ -99,7 +99,7 @@ def test_a_viewer_reads_the_sensitive_fields_masked_and_those_who_decide_in_clea
     job = make_job("q-1", "WAITING_REVIEW", action="connectors.send_email", payload=EMAIL)
     OperationFactory(job=job, request={**EMAIL, "body": "x"}, state="REJECTED",
                      last_error="550 ana-at-example.com: no such mailbox")
-    review.job_correct_and_approve(job_id=job.pk, user=people["reviewer"], note="typo", seen_event=newest_event(job),
+    decisions.job_correct_and_approve(job_id=job.pk, user=people["reviewer"], note="typo", seen_event=newest_event(job),
                                    data={"correct-to": "ana@example.com", "correct-subject": EMAIL["subject"],
                                          "correct-body": EMAIL["body"]})
     pages = _viewer_and_reviewer_pages(client, people, job)
@@ -204,7 +204,7 @@ def test_a_preview_that_fails_says_so_and_the_page_still_opens(client, people, m
 
 def test_an_ended_job_says_how_it_ended_with_the_rejection_note(client, people):
     job = make_job("q-1", "WAITING_REVIEW")
-    review.job_reject(job_id=job.pk, user=people["reviewer"], note="duplicate of q-2", seen_event=newest_event(job))
+    decisions.job_reject(job_id=job.pk, user=people["reviewer"], note="duplicate of q-2", seen_event=newest_event(job))
     client.force_login(people["viewer"])
     page = client.get(f"/admin/console/jobs/{job.pk}/").content.decode()
     assert "How it ended" in page and "rejection note: duplicate of q-2" in page

@@ -5,8 +5,9 @@ own (with its own permission); a human decision is the outermost transaction."""
 import pytest
 from django.db import transaction
 
-from jobs import access, review
+from jobs import access
 from jobs.states import TRANSITIONS, State
+from review import decisions
 
 from .conftest import make_job, newest_event
 
@@ -44,9 +45,9 @@ def test_a_decision_nested_in_another_transaction_is_a_loud_error_and_changes_no
     job = make_job("q-1", "WAITING_REVIEW")
     with pytest.raises(RuntimeError, match="durable"):
         with transaction.atomic():
-            review.job_approve(job_id=job.pk, user=people["reviewer"], note="ok", seen_event=newest_event(job))
+            decisions.job_approve(job_id=job.pk, user=people["reviewer"], note="ok", seen_event=newest_event(job))
     job.refresh_from_db()
     assert job.state == "WAITING_REVIEW"
-    review.job_approve(job_id=job.pk, user=people["reviewer"], note="ok", seen_event=newest_event(job))
+    decisions.job_approve(job_id=job.pk, user=people["reviewer"], note="ok", seen_event=newest_event(job))
     job.refresh_from_db()
     assert job.state == "READY"

@@ -10,12 +10,12 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
-from jobs import review
 from jobs.access import DecisionRefused
 from jobs.models import Job
 from jobs.retention import retention_sweep
 from operations.models import Operation
 from operations.review import connector_pause_decide, operation_decide
+from review import decisions
 from tests.factories import ConnectorPauseFactory, OperationFactory
 
 from .conftest import decide, make_job, newest_event
@@ -60,7 +60,7 @@ def test_cancelling_a_job_whose_operation_is_in_doubt_is_refused_and_nothing_cha
     assert (job.state, op.state) == ("NEEDS_ATTENTION", state)
     assert not LogEntry.objects.exists()
     with pytest.raises(DecisionRefused, match=f"is {state}"):
-        review.job_cancel(job_id=job.pk, user=people["operator"], note="customer withdrew",
+        decisions.job_cancel(job_id=job.pk, user=people["operator"], note="customer withdrew",
                           seen_event=newest_event(job))
 
 
@@ -68,7 +68,7 @@ def test_cancelling_a_job_whose_operation_is_in_doubt_is_refused_and_nothing_cha
 def test_rejecting_a_job_whose_operation_is_in_doubt_is_refused(people, state):
     job, op = job_in_doubt(state, job_state="WAITING_REVIEW")
     with pytest.raises(DecisionRefused, match=f"is {state}"):
-        review.job_reject(job_id=job.pk, user=people["reviewer"], note="no", seen_event=newest_event(job))
+        decisions.job_reject(job_id=job.pk, user=people["reviewer"], note="no", seen_event=newest_event(job))
     job.refresh_from_db()
     assert job.state == "WAITING_REVIEW"
 
@@ -123,15 +123,15 @@ def test_an_operation_decision_on_a_job_that_moved_since_is_refused(client, peop
 
 def test_every_decision_service_refuses_without_the_seen_state(people):
     job, op = job_in_doubt("NEEDS_INVESTIGATION")
-    for service, extra in ((review.job_retry, {}), (review.job_cancel, {}),
-                           (review.job_resolve, {"evidence": "ticket #1"})):
+    for service, extra in ((decisions.job_retry, {}), (decisions.job_cancel, {}),
+                           (decisions.job_resolve, {"evidence": "ticket #1"})):
         with pytest.raises(DecisionRefused, match="which state you saw"):
             service(job_id=job.pk, user=people["operator"], note="x", seen_event=None, **extra)
     with pytest.raises(DecisionRefused, match="which state you saw"):
         operation_decide(operation_id=op.pk, user=people["operator"], decision="not_sent", note="x",
                          seen_event=None)
     review_job = make_job("q-2", "WAITING_REVIEW")
-    for service in (review.job_approve, review.job_reject):
+    for service in (decisions.job_approve, decisions.job_reject):
         with pytest.raises(DecisionRefused, match="which state you saw"):
             service(job_id=review_job.pk, user=people["reviewer"], note="x", seen_event=None)
     job.refresh_from_db()
@@ -228,24 +228,24 @@ def test_a_note_of_several_pages_is_refused_and_nothing_is_stored(client, people
     page = client.post(f"/admin/console/jobs/{job.pk}/decide/approve/",
                        {"note": SEVERAL_PAGES, "seen_event": newest_event(job)}, follow=True).content.decode()
 
-    assert f"at most {review.NOTE_MAX_CHARS} characters" in page
+    assert f"at most {decisions.NOTE_MAX_CHARS} characters" in page
     job.refresh_from_db()
     assert job.state == "WAITING_REVIEW" and not job.events.filter(reason=SEVERAL_PAGES).exists()
     assert not LogEntry.objects.exists()
-    assert f'maxlength="{review.NOTE_MAX_CHARS}"' in page  # the form says so before anyone types
-    with pytest.raises(DecisionRefused, match=f"at most {review.NOTE_MAX_CHARS}"):
-        review.job_approve(job_id=job.pk, user=people["reviewer"], note=SEVERAL_PAGES, seen_event=newest_event(job))
+    assert f'maxlength="{decisions.NOTE_MAX_CHARS}"' in page  # the form says so before anyone types
+    with pytest.raises(DecisionRefused, match=f"at most {decisions.NOTE_MAX_CHARS}"):
+        decisions.job_approve(job_id=job.pk, user=people["reviewer"], note=SEVERAL_PAGES, seen_event=newest_event(job))
 
 
 def test_evidence_of_several_pages_is_refused_on_every_decision_that_takes_it(client, people):
     job = make_job("q-1", "NEEDS_ATTENTION")
     with pytest.raises(DecisionRefused, match="evidence"):
-        review.job_resolve(job_id=job.pk, user=people["operator"], note="paid by hand", evidence=SEVERAL_PAGES,
+        decisions.job_resolve(job_id=job.pk, user=people["operator"], note="paid by hand", evidence=SEVERAL_PAGES,
                            seen_event=newest_event(job))
     in_doubt, op = job_in_doubt("NEEDS_INVESTIGATION", key="q-2")
     client.force_login(people["operator"])
     form = client.get(f"/admin/operations/operation/{op.pk}/decide/").content.decode()
-    assert f'maxlength="{review.NOTE_MAX_CHARS}"' in form
+    assert f'maxlength="{decisions.NOTE_MAX_CHARS}"' in form
     page = decide_operation(client, op, decision="sent", provider_reference="msg-1", reason="seen it",
                             evidence=SEVERAL_PAGES, seen_event=newest_event(in_doubt))
     assert page.status_code == 200 and "at most" in page.content.decode()

@@ -5,10 +5,10 @@ section when the review has no due time."""
 
 import pytest
 
-from jobs import assignment
-from jobs.masking import MASK
 from jobs.models import Job
 from jobs.store import Store
+from review import assignment
+from review.masking import MASK
 from tests.factories import OperationFactory
 
 from .conftest import make_job

@@ -8,10 +8,10 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from jobs import bulk
 from jobs.access import DecisionRefused
 from jobs.models import DecisionBatch, Job, JobEvent
 from jobs.store import Store
+from review import bulk
 from tests.factories import MembershipFactory
 
 from .conftest import decide, make_job, newest_event

@@ -11,10 +11,10 @@ from django.contrib.auth.models import Group
 from company.models import Tenant
 from company.review_policy import review_policy_set
 from jobs.models import Job, ReviewDeadline, Timer
-from jobs.review import job_approve, job_correct_and_approve, job_reject
-from jobs.review_due import SUBJECT
 from jobs.store import Store
 from jobs.timers import timer_fire_due
+from review.decisions import job_approve, job_correct_and_approve, job_reject
+from review.due import SUBJECT
 from tests.company.support import run_one
 from tests.factories import MembershipFactory
 

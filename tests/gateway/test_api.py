@@ -12,9 +12,9 @@ from company.services import tenant_ensure, tenant_policy_set
 from gateway.models import AgentProposal
 from gateway.services import agent_create, agent_key_issue, agent_key_revoke, agent_pause, agent_resume
 from jobs.models import Job, JobEvent
-from jobs.review import job_correct_and_approve
 from jobs.selectors import newest_event
 from operations.limits import action_pause, action_resume
+from review.decisions import job_correct_and_approve
 
 from .conftest import EMAIL
 

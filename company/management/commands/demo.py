@@ -76,13 +76,13 @@ from connectors.simulator_process import running_simulator
 from durable.numbers import whole_flag
 from jobs import access
 from jobs.inbound import signature_for
-from jobs.review import job_reject
 from jobs.selectors import newest_event
 from jobs.models import InboundEvent, Job, Timer
 from jobs.outbox import outbox_relay
 from jobs.states import State
 from jobs.store import Store
 from operations.models import Operation
+from review.decisions import job_reject
 
 from .seed_demo import invoice_number, quote_number, refuse_in_production, seed
 

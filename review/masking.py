@@ -11,7 +11,7 @@ hold, wherever it occurs in a text. For a reader who may see them it changes
 nothing.
 """
 
-from .actions import action_spec
+from jobs.actions import action_spec
 
 MASK = "••••••"
 # Shorter values are not hunted in free text: masking every "a" would make

@@ -20,29 +20,28 @@ Every decision here:
 
 from collections.abc import Callable
 
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
 from django.db.models import Q
 
 from durable.numbers import NumberRefused, whole_number
+from jobs import access
+from jobs.access import DecisionRefused, decision_logged
+from jobs.actions import action_spec
+from jobs.clock import db_now
+from jobs.models import Job, JobEvent, ReviewDeadline, Timer
+from jobs.payloads import PayloadInvalid, correction_form_class, payload_validate
+from jobs.selectors import newest_event
+from jobs.states import State
+from jobs.store import Conflict, Store
+from jobs.timers import timer_cancel_for_job
 
-from . import access
-from .access import DecisionRefused
-from .actions import action_spec
-from .clock import db_now
-from .models import Job, JobEvent, ReviewDeadline, Timer
-from .payloads import PayloadInvalid, correction_form_class, payload_validate
-from .review_due import SUBJECT as REVIEW_SUBJECT
-from .review_due import review_clock_start
-from .review_policy import POLICY_ACTOR, review_terms
-from .selectors import newest_event
-from .states import State
-from .store import Conflict, Store
-from .timers import timer_cancel_for_job
+from .due import SUBJECT as REVIEW_SUBJECT
+from .due import review_clock_start
+from .policy import POLICY_ACTOR, review_terms
 
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
            "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve",
-           "job_cancel", "decision_logged", "check_seen", "seen_event_from", "decision_text", "job_for_decision",
+           "job_cancel", "check_seen", "seen_event_from", "decision_text", "job_for_decision",
            "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
            "timer_run_now", "timer_reschedule", "job_cancel_wait"]
 
@@ -87,7 +86,7 @@ _guards: dict[str, list[Callable[[Job], str]]] = {}
 
 
 def register_guard(decision: str, guard: Callable[[Job], str]) -> None:
-    """Let an app refuse a decision for reasons the engine cannot see (an
+    """Let an app refuse a decision for reasons the review layer cannot see (an
     operation in doubt, say). Registering the same function twice is harmless."""
     guards = _guards.setdefault(decision, [])
     if guard not in guards:
@@ -149,11 +148,6 @@ def job_for_decision(job_id: int) -> Job:
     return Job.objects.select_for_update().get(pk=job_id)
 
 
-def decision_logged(*, user, obj, message: str) -> None:
-    """The admin's History entry for a decision (same transaction as it)."""
-    LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message, single_object=True)
-
-
 def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | None, run) -> Job:
     """Lock the job, check what the user saw, who they are and the guards,
     then `run(job, actor, note)` (one Store transition) and log it."""
@@ -175,7 +169,7 @@ def _decide(decision: str, *, job_id: int, user, note: str, seen_event: int | No
 
 def _detail(decision: str, batch: int | None) -> dict:
     """The decision's event detail; a bulk decision's names its batch
-    (`jobs.bulk`), so the job's timeline links to it."""
+    (`review.bulk`), so the job's timeline links to it."""
     return {"decision": decision, **({"batch": batch} if batch is not None else {})}
 
 
@@ -389,7 +383,7 @@ def job_cancel(*, job_id: int, user, note: str, seen_event: int | None, batch: i
 
 def job_timers(job: Job):
     """The pending timers that may wake or act on `job`: its own (a wait's
-    wake-up) and its review's (`jobs.review_due`), soonest first (among the
+    wake-up) and its review's (`review.due`), soonest first (among the
     PENDING timers only: partial indexes `timer_pending_due`, `timer_pending_subject`)."""
     return (Timer.objects.filter(state=Timer.Status.PENDING, tenant=job.tenant)
             .filter(Q(job_id=job.pk) | Q(subject_type=REVIEW_SUBJECT, subject_id=str(job.pk)))

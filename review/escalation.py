@@ -1,7 +1,7 @@
-"""What a review's timer does when it fires (`jobs.review_due`): the job
+"""What a review's timer does when it fires (`review.due`): the job
 `jobs.review_escalate` it enqueues marks the item overdue and tells the
 tenant's reviewers, or — a second period later, when the policy says so —
-rejects it through the decision service (`jobs.review.job_reject_by_policy`).
+rejects it through the decision service (`review.decisions.job_reject_by_policy`).
 
 Each step re-reads the reviewed job under its row lock and does nothing when
 the review it was set for is over (decided, or its clock restarted): a late,
@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import review
-from .actions import action
-from .models import Job, ReviewDeadline
-from .review_due import ESCALATE, OVERDUE, REJECT, escalation_timer
-from .review_policy import POLICY_ACTOR, review_terms
-from .states import State
-from .store import Store
+from jobs.actions import action
+from jobs.models import Job, ReviewDeadline
+from jobs.states import State
+from jobs.store import Store
+
+from . import decisions
+from .due import ESCALATE, OVERDUE, REJECT, escalation_timer
+from .policy import POLICY_ACTOR, review_terms
 
 __all__ = ["register_overdue_notifier", "review_escalate"]
 
@@ -46,7 +47,7 @@ def review_escalate(ctx) -> dict:
     payload = ctx.payload
     job_id, round_, stage = payload.get("job_id"), payload.get("round"), payload.get("stage")
     if stage == REJECT:
-        return review.job_reject_by_policy(job_id=job_id, round=round_, due=_fired_at(payload))
+        return decisions.job_reject_by_policy(job_id=job_id, round=round_, due=_fired_at(payload))
     if stage != OVERDUE:
         raise ValueError(f"unknown review escalation stage {stage!r}")
     marked = _mark_overdue(job_id=job_id, round_=round_, at=_fired_at(payload))

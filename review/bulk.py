@@ -5,7 +5,7 @@ set, then each item is decided through the single-decision service.
   built (already narrowed to the user's tenants) and records each with the
   newest history row it had then — the state the person is shown. It
   returns the batch, whose `token` the preview page's form carries.
-- `batch_take` decides each recorded item with `review.job_approve` /
+- `batch_take` decides each recorded item with `decisions.job_approve` /
   `job_reject` / `job_retry` / `job_cancel`, passing the recorded history
   row as `seen_event`: the very checks of a single decision (permission,
   role and tenant of *this* user, the item's state, the guards, the note)
@@ -25,10 +25,11 @@ from django.db.models import Max, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from . import review
-from .access import ATTENTION_QUEUE, REVIEW_QUEUE, DecisionRefused
-from .errors import JobError
-from .models import DecisionBatch, JobEvent
+from jobs.access import ATTENTION_QUEUE, REVIEW_QUEUE, DecisionRefused
+from jobs.errors import JobError
+from jobs.models import DecisionBatch, JobEvent
+
+from . import decisions
 
 __all__ = ["BULK_MAX", "BULK_DECISIONS", "batch_preview", "batch_take", "BatchRefused"]
 
@@ -39,8 +40,8 @@ BULK_MAX = 500
 
 # queue (the state of its items) → decision → the single-decision service.
 BULK_DECISIONS = {
-    REVIEW_QUEUE: {"approve": review.job_approve, "reject": review.job_reject},
-    ATTENTION_QUEUE: {"retry": review.job_retry, "cancel": review.job_cancel},
+    REVIEW_QUEUE: {"approve": decisions.job_approve, "reject": decisions.job_reject},
+    ATTENTION_QUEUE: {"retry": decisions.job_retry, "cancel": decisions.job_cancel},
 }
 
 
@@ -95,14 +96,14 @@ def batch_take(*, token: str, user, decision: str, note: str) -> DecisionBatch:
     per-item `outcome`. Raises `BatchRefused` (nothing decided) for an
     unknown, used or foreign token, a decision the queue does not offer, or
     an empty or over-long note."""
-    note = review.decision_text(note)
+    note = decisions.decision_text(note)
     batch = _claim(token=token, user=user, decision=decision, note=note)
     service = BULK_DECISIONS[batch.queue][decision]
     outcome: dict[str, str] = {}
     for job_id, seen_event in batch.items:
         try:
             service(job_id=job_id, user=user, note=note, seen_event=seen_event, batch=batch.pk)
-        except review.AlreadyDecided as exc:
+        except decisions.AlreadyDecided as exc:
             outcome[str(job_id)] = f"moved: {exc}"
         except (DecisionRefused, JobError) as exc:
             outcome[str(job_id)] = f"refused: {exc}"

@@ -12,12 +12,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from durable.numbers import NumberRefused, whole_number
-
-from . import access
-from .access import OPERATOR, DecisionRefused
-from .models import Job
-from .review import decision_logged
-from .store import Store
+from jobs import access
+from jobs.access import OPERATOR, DecisionRefused, decision_logged
+from jobs.models import Job
+from jobs.store import Store
 
 __all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users", "may_decide_in_queue",
            "jobs_assigned"]

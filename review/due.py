@@ -1,16 +1,16 @@
-"""The clock of a review (issue 22): when an item waiting for review is due,
+"""The clock of a review: when an item waiting for review is due,
 and the durable timers that act when it is not decided in time.
 
 Whenever a job enters WAITING_REVIEW (a proposal, a handler's wait, a
 failure sent to review) the Store tells this module in the same transaction
 (`store.on_review_change`): a `ReviewDeadline` row starts a new *round* with
-the due time from the policy's `ReviewTerms` (`jobs.review_policy`), and an
+the due time from the policy's `ReviewTerms` (`review.policy`), and an
 engine timer (`jobs.timers`, no sleeping process) is scheduled for it. When
 the job leaves review — any decision, by any path — the row is deleted and
 the round's pending timers are cancelled, in that transaction too.
 
 A timer does not act itself: on firing it enqueues `jobs.review_escalate`
-(`jobs.review_escalation`) under a key naming the job, the stage and the
+(`review.escalation`) under a key naming the job, the stage and the
 round, so a timer fired twice escalates once. It is also bound to its round
 by a cancellation condition (`review_round_over`), so a timer that escaped
 the cancellation (an operator's reschedule racing a decision) is cancelled
@@ -21,12 +21,13 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from .models import Job, ReviewDeadline, Timer
-from .review_policy import review_terms
-from .selectors import timers_pending_for_subject
-from .states import State
-from .store import on_review_change
-from .timers import SubjectState, register_subject, timer_condition, timer_schedule
+from jobs.models import Job, ReviewDeadline, Timer
+from jobs.selectors import timers_pending_for_subject
+from jobs.states import State
+from jobs.store import on_review_change
+from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule
+
+from .policy import review_terms
 
 __all__ = ["SUBJECT", "ESCALATE", "OVERDUE", "REJECT", "review_clock_start", "review_clock_stop",
            "review_timers", "review_deadlines_for"]

@@ -1,6 +1,6 @@
-"""The terms a review is held to (issue 22: due times, four eyes).
+"""The terms a review is held to: due times, four eyes.
 
-The engine knows nothing of tenants' policies: the business app registers
+The review layer knows nothing of tenants' policies: the business app registers
 one function (`register_review_policy`) that answers, for a job waiting for
 review, how many distinct people must approve it, when it is due, when an
 overdue item is rejected and whether a correction restarts its clock. Without
