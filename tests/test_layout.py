@@ -1,7 +1,8 @@
 """The layout rules of DESIGN §2, checked on the source so they cannot come
 back: imports point one way, the engine names no layer above it (not even in
-a string), only `run_worker` imports the worker runtime, and no module
-imports itself back through another (module-level or inside a function)."""
+a string), only `run_worker` imports the worker runtime (and only the worker
+its completer and heartbeat), and no module imports itself back through
+another (module-level or inside a function)."""
 
 import ast
 import re
@@ -83,6 +84,14 @@ def test_the_engine_names_no_layer_above_it_even_in_a_string():
 def test_only_run_worker_imports_the_worker_runtime():
     importers = sorted(name for name, targets in GRAPH.items() if "jobs.worker" in targets)
     assert importers == ["jobs.management.commands.run_worker"]
+
+
+def test_only_the_worker_drives_its_completer_and_its_heartbeat():
+    # The outcome recording and the lease renewal are the worker's parts,
+    # driven by its loop; nothing else records a worker's outcomes.
+    for part in ("jobs.completer", "jobs.leases"):
+        importers = sorted(name for name, targets in GRAPH.items() if part in targets)
+        assert importers == ["jobs.worker"], part
 
 
 def test_no_module_imports_itself_back():
