@@ -91,7 +91,7 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
 
 
 def test_each_row_is_judged_by_its_own_goal_share_rate_and_wal():
-    """Issue 24's goals, row by row: 80 % of the raw loop, 75 % from 10,000
+    """The goals, row by row: 80 % of the raw loop, 75 % from 10,000
     tenants, 60 % for --batch 100 beside the batched rate, none of the
     share for --batch 10 (its rate only), the capped row by its share of
     the uncapped one (under the table); WAL at most twice the raw loop's."""
