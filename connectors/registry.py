@@ -140,9 +140,3 @@ def connector_registered(name: str, factory: ConnectorFactory) -> Iterator[None]
                 _registered.pop(name, None)
             else:
                 _registered[name] = previous
-
-
-def provider_names() -> list[str]:
-    """Every provider name ``get_connector`` can serve right now."""
-    with _registered_lock:
-        return sorted(set(PROVIDER_CAPABILITIES) | set(_registered))

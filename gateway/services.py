@@ -170,13 +170,6 @@ def agent_holds_release(*, agent: Agent, actor: str, note: str = "") -> int:
                                   reason=f"agent {agent.name} resumed by {actor}{': ' + note if note else ''}")
 
 
-def agent_resume(*, agent: Agent, actor: str, note: str = "") -> tuple[Agent, int]:
-    """Lift the pause; the jobs it held go on at once. Returns the agent and
-    how many held jobs were resumed."""
-    agent = agent_unpause(agent=agent, actor=actor)
-    return agent, agent_holds_release(agent=agent, actor=actor, note=note)
-
-
 def agent_hold(job) -> Hold | None:
     """Dispatch guard (operations.limits): a job an agent proposed is held
     while that agent is paused (one lookup by the job's business key)."""

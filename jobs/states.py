@@ -82,8 +82,3 @@ def transition(name: str, source: str | None, target: str) -> Transition:
     if source is not None and source not in t.sources:
         raise InvalidTransition(f"{name}: a {source} job cannot move to {target}")
     return t
-
-
-def is_allowed(name: str, source: str, target: str) -> bool:
-    t = TRANSITIONS.get(name)
-    return bool(t) and source in t.sources and target in t.targets

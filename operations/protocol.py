@@ -74,6 +74,7 @@ from .digest import request_digest
 from .errors import ConnectorPaused, DigestMismatch
 from .limits import dispatch_gate
 from .models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
+from .selectors import connector_pause_active
 from .states import operation_transition
 
 __all__ = ["operation_perform", "operation_settle", "EMAIL_SEND", "CRASH_AFTER_INTENDED_ENV"]
@@ -176,8 +177,7 @@ def operation_settle(ctx: JobContext, *, step: str) -> Receipt | None:
         connector = get_connector(operation.provider)
     except UnknownProvider as exc:
         raise PermanentError(f"cannot reconcile {_describe(operation)}: {exc}") from exc
-    pause = ConnectorPause.objects.filter(tenant=ctx.tenant, provider=operation.provider,
-                                          cleared_at__isnull=True).first()
+    pause = connector_pause_active(tenant=ctx.tenant, provider=operation.provider)
     if pause is not None:
         raise ConnectorPaused(_paused_reason(pause))
     receipt = _reconcile(ctx, connector, operation, miss_means_not_held=True)
@@ -215,7 +215,7 @@ def _begin(ctx: JobContext, *, step: str, provider: str, kind: str, request: dic
                 # The receipt was recorded but the job was not finished (a crash
                 # in between): nothing to send.
                 return _Plan(receipt=operation.receipt)
-        pause = ConnectorPause.objects.filter(tenant=ctx.tenant, provider=provider, cleared_at__isnull=True).first()
+        pause = connector_pause_active(tenant=ctx.tenant, provider=provider)
         if pause is not None:
             return _Plan(error=ConnectorPaused(_paused_reason(pause)))
         if operation is None:

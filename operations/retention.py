@@ -10,12 +10,13 @@ from datetime import datetime
 
 from jobs.retention import REDACTED, retention_dependent
 
-from .models import IN_DOUBT, ConnectorPause, Operation, Receipt
+from .models import IN_DOUBT, Operation, Receipt
+from .selectors import connector_pauses_in_force
 
 
 def _keep(job_ids: list[int]) -> set[int]:
     keep = set(Operation.objects.filter(job_id__in=job_ids, state__in=IN_DOUBT).values_list("job_id", flat=True))
-    keep |= set(ConnectorPause.objects.filter(operation__job_id__in=job_ids, cleared_at__isnull=True)
+    keep |= set(connector_pauses_in_force().filter(operation__job_id__in=job_ids)
                 .values_list("operation__job_id", flat=True))
     return keep
 

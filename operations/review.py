@@ -133,7 +133,7 @@ def connector_pause_decide(*, pause_id: int, user, note: str,
         if reason:
             raise DecisionRefused(reason)
         held = {job.pk: job for job in jobs_held_by_pause(pause)}
-        if pause.cleared_at is None:
+        if pause.active:
             connector_pause_clear(tenant=pause.tenant, provider=pause.provider, actor=user.get_username(),
                                   reason=note)
             pause.refresh_from_db()

@@ -20,9 +20,16 @@ def operations_needing_investigation(*, tenant: str | None = None) -> QuerySet[O
     return operations.order_by("updated_at")
 
 
+def connector_pauses_in_force() -> QuerySet[ConnectorPause]:
+    """The pauses in force: those not cleared (an instance says so as
+    `ConnectorPause.active`). By (tenant, provider) the partial unique index
+    `connector_pause_one_active` serves it, before every dispatch."""
+    return ConnectorPause.objects.filter(cleared_at__isnull=True)
+
+
 def connector_pause_active(*, tenant: str, provider: str) -> ConnectorPause | None:
     """The pause in force for (tenant, provider), if any."""
-    return ConnectorPause.objects.filter(tenant=tenant, provider=provider, cleared_at__isnull=True).first()
+    return connector_pauses_in_force().filter(tenant=tenant, provider=provider).first()
 
 
 def operations_by_state(*, tenant: str | None = None, job_key_prefix: str | None = None) -> Counter:

@@ -16,6 +16,7 @@ from jobs.store import Store
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationState, Receipt, ReceiptHow
+from .selectors import connector_pauses_in_force
 from .states import operation_transition
 
 S = OperationState
@@ -108,11 +109,7 @@ def connector_pause_clear(*, tenant: str, provider: str, actor: str, reason: str
     if not actor:
         raise OperationStateError("clearing a pause needs who (actor)")
     with transaction.atomic():
-        pause = (
-            ConnectorPause.objects.select_for_update()
-            .filter(tenant=tenant, provider=provider, cleared_at__isnull=True)
-            .first()
-        )
+        pause = connector_pauses_in_force().select_for_update().filter(tenant=tenant, provider=provider).first()
         if pause is None:
             return None
         pause.cleared_at = timezone.now()

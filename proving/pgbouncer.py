@@ -12,12 +12,13 @@ the database it serves).
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from durable.net import free_port
 
 BINARY_CANDIDATES = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
 
@@ -32,12 +33,6 @@ def pgbouncer_binary() -> str | None:
         if os.access(candidate, os.X_OK):
             return candidate
     return shutil.which("pgbouncer")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -76,7 +71,7 @@ def start_pgbouncer(*, dbname: str, host: str = "127.0.0.1", port: int = 5432, p
         raise PgBouncerError("PgBouncer is not installed (Debian: apt-get install pgbouncer)")
     directory = Path(tempfile.mkdtemp(prefix="durable-pgbouncer-"))
     as_postgres = os.geteuid() == 0
-    listen = _free_port()
+    listen = free_port()
     (directory / "pgbouncer.ini").write_text(
         "[databases]\n"
         f"{dbname} = host={host} port={port} dbname={dbname} user=postgres\n"

@@ -208,8 +208,8 @@ def explained(sql: str, params, *, settings: tuple[str, ...] = ()) -> list[dict]
     """Every node of `sql`'s plan as PostgreSQL runs it (EXPLAIN ANALYZE,
     FORMAT JSON), in a transaction that is rolled back: what it would write
     is not kept. `settings` are `SET LOCAL` statements run first
-    (`proving.bench_common.analyzed_plan`, which the bench reads too)."""
-    from proving.bench_common import analyzed_plan
+    (`proving.bench.common.analyzed_plan`, which the bench reads too)."""
+    from proving.bench.common import analyzed_plan
 
     return list(plan_nodes(analyzed_plan(sql, params, settings=settings)))
 

@@ -2,8 +2,9 @@
 back: imports point one way, the engine names no layer above it (not even in
 a string), the review layer stays out of the engine, the project package's
 ground layer imports no app and is all of it an app may import, only
-`run_worker` imports the worker runtime, and no module imports itself back
-through another (module-level or inside a function)."""
+`run_worker` imports the worker runtime (and only the worker its completer
+and heartbeat), and no module imports itself back through another
+(module-level or inside a function)."""
 
 import ast
 import re
@@ -123,6 +124,14 @@ def test_apps_import_only_the_ground_layer_of_the_project_package():
 def test_only_run_worker_imports_the_worker_runtime():
     importers = sorted(name for name, targets in GRAPH.items() if "jobs.worker" in targets)
     assert importers == ["jobs.management.commands.run_worker"]
+
+
+def test_only_the_worker_drives_its_completer_and_its_heartbeat():
+    # The outcome recording and the lease renewal are the worker's parts,
+    # driven by its loop; nothing else records a worker's outcomes.
+    for part in ("jobs.completer", "jobs.leases"):
+        importers = sorted(name for name, targets in GRAPH.items() if part in targets)
+        assert importers == ["jobs.worker"], part
 
 
 def test_no_module_imports_itself_back():

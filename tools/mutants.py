@@ -296,18 +296,18 @@ MUTANTS: list[Mutant] = [
              "    if False:"),),
         ("tests/jobs/test_inbound.py::test_a_bad_signature_is_refused_and_nothing_is_applied",)),
     Mutant("in-doubt-trusts-lost", "a finish sent again after a broken connection counts as done only if it was written", (
-        Edit("jobs/worker.py", 'mine = self.store.recorded_by(self.config.worker_id, again, "finish")',
+        Edit("jobs/completer.py", 'mine = self.store.recorded_by(self.config.worker_id, again, "finish")',
              "mine = {job.id for job in again}"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("flush-keeps-doubt", "a batch's early write that breaks keeps its finishes for the next write", (
-        Edit("jobs/worker.py", "            if final:  # the slot's last write", "            if True:"),),
+        Edit("jobs/completer.py", "            if final:  # the slot's last write", "            if True:"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("settle-trusts-conflict", "a wait or failure sent again counts as recorded only if it was written", (
-        Edit("jobs/worker.py", "recorded = self.store.recorded_by(self.config.worker_id, [job], kind)",
+        Edit("jobs/completer.py", "recorded = self.store.recorded_by(self.config.worker_id, [job], kind)",
              "recorded = {job.id: 'READY'}"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("settle-checks-history", "a wait or failure whose reply was lost is found in the history", (
-        Edit("jobs/worker.py", "                    if job.id in doubt:", "                    if False:"),),
+        Edit("jobs/completer.py", "                    if job.id in doubt:", "                    if False:"),),
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("recorded-by-epoch", "a worker's outcome counts only under the epoch it claimed", (
         Edit("jobs/store.py", "if epochs[job_id] == epoch}", "if epochs[job_id] >= 0}"),),
@@ -414,11 +414,11 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/worker.py", "        delay = min(delay, max(RESEND_MIN_DELAY, lease_left / 2))", "        delay = delay"),),
         ("tests/jobs/test_worker_writes.py::test_the_resend_backoff_never_outlasts_the_lease_whatever_the_outage",)),
     Mutant("heartbeat-together", "a heartbeat renews the leases a worker holds in one statement", (
-        Edit("jobs/worker.py", "                renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], "
+        Edit("jobs/leases.py", "                renewed = self.store.renew_many(cfg.worker_id, [r.ctx.job for r in due], "
              "ttl=cfg.lease_ttl)", "                pass"),),
         ("tests/jobs/test_claim_batch.py::test_a_batch_worker_s_heartbeat_renews_the_leases_it_holds_together_not_one_by_one",)),
     Mutant("renewal-own-outcome", "a renewal that finds the job's own outcome is not a lost lease", (
-        Edit("jobs/worker.py", "            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):",
+        Edit("jobs/leases.py", "            if self.store.recorded_by(cfg.worker_id, [r.ctx.job], OUTCOME_KINDS):",
              "            if False:"),),
         ("tests/jobs/test_worker_writes.py::test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease",)),
     Mutant("proposal-created-by-its-insert", "created is true only for the proposal whose insert made the job", (

@@ -6,7 +6,6 @@ schedules, and ends with what to do next."""
 import os
 import re
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -18,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django_q.models import Schedule
 
 from company.models import Membership, Quote
+from durable.net import free_port
 from jobs.models import Job, JobEvent
 from review.decisions import job_approve
 from tests.console.conftest import ensure_roles
@@ -83,12 +83,6 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     assert "the provider holds 4 message(s); most for one operation: 1" in again
     assert "already installed: invoice-reminder-plan, retention-sweep, consistency-audit" in again
     assert Schedule.objects.count() == len(settings.DURABLE_SCHEDULES)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from company.services import tenant_ensure, tenant_policy_set
 from gateway.callbacks import DELIVER
 from gateway.models import CallbackEvent
 from gateway.schemas import ProposalIn
-from gateway.services import agent_create, agent_pause, agent_resume, proposal_propose
+from gateway.services import agent_create, agent_holds_release, agent_pause, agent_unpause, proposal_propose
 from jobs.models import Job
 from jobs.store import Store
 from operations.models import DispatchHold, Operation, Receipt
@@ -124,7 +124,9 @@ def test_pausing_an_agent_holds_its_undispatched_jobs_and_resuming_sends_them_on
     assert [m["to"] for m in sim.messages()] == [EMAIL["to"]]  # only the other agent's
     assert DispatchHold.objects.count() == 2
 
-    _, released = agent_resume(agent=agent, actor="otto", note="fixed")
+    # Resumed as the admin's decision does it: the pause lifted, then the held jobs released.
+    agent = agent_unpause(agent=agent, actor="otto")
+    released = agent_holds_release(agent=agent, actor="otto", note="fixed")
     assert released == 2
     worker = run_worker(manage, "w2", "--until-idle", env={"PROVIDER_URL": sim.url})
     worker.communicate(timeout=120)

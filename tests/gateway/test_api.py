@@ -10,7 +10,7 @@ from django.contrib.admin.models import LogEntry
 from company.models import Proposal
 from company.services import tenant_ensure, tenant_policy_set
 from gateway.models import AgentProposal
-from gateway.services import agent_create, agent_key_issue, agent_key_revoke, agent_pause, agent_resume
+from gateway.services import agent_create, agent_key_issue, agent_key_revoke, agent_pause, agent_unpause
 from jobs.models import Job, JobEvent
 from jobs.selectors import newest_event
 from operations.limits import action_pause, action_resume
@@ -179,7 +179,7 @@ def test_a_paused_agent_is_423_and_proposes_nothing_until_resumed(api):
     refused = problem(api.propose("send-1"), 423)
     assert "runaway loop" in refused["detail"]
     assert api.get("/actions").status_code == 200  # reading is not proposing
-    agent_resume(agent=api.agent, actor="otto")
+    agent_unpause(agent=api.agent, actor="otto")
     assert api.propose("send-1").status_code == 201
 
 

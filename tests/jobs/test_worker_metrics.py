@@ -1,21 +1,15 @@
 """A worker's own counters, served on its --metrics-port, read by a real scrape."""
 
 import signal
-import socket
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from durable.net import free_port
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_samples(port: int) -> dict:

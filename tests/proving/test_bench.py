@@ -8,9 +8,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from proving import bench
-from proving.bench import BENCH_TENANTS, REFERENCE_TABLE, Results, Throughput, render
-from proving.bench_common import delete_tenants
+from proving.bench import claims, fleet, run, throughput
+from proving.bench.common import BENCH_ACTION, BENCH_TENANTS, REFERENCE_TABLE, TENANT_E2E, delete_tenants, vacuum
+from proving.bench.figures import BenchConfig, Results, Throughput
+from proving.bench.fleet import WorkerFleet, last_finish, wait_done
+from proving.bench.report import render
 from jobs.models import Job, JobEvent, JobSearch
 from jobs.store import JobSpec, Store
 
@@ -89,7 +91,7 @@ def test_repeated_pairs_give_median_rates_and_the_median_and_range_of_their_rati
 
 
 def test_each_row_is_judged_by_its_own_goal_share_rate_and_wal():
-    """Issue 24's goals, row by row: 80 % of the raw loop, 75 % from 10,000
+    """The goals, row by row: 80 % of the raw loop, 75 % from 10,000
     tenants, 60 % for --batch 100 beside the batched rate, none of the
     share for --batch 10 (its rate only), the capped row by its share of
     the uncapped one (under the table); WAL at most twice the raw loop's."""
@@ -125,19 +127,19 @@ def test_cpu_is_read_from_proc_for_processes_and_the_host():
     import os
     import time as _time
 
-    from proving.bench import _cpu_now, _cpu_since
+    from proving.bench.meters import cpu_now, cpu_since
 
-    before = _cpu_now([os.getpid()])
+    before = cpu_now([os.getpid()])
     if before is None:
         pytest.skip("no /proc on this system")
     spin_until = _time.process_time() + 0.2
     while _time.process_time() < spin_until:
         pass
-    after = _cpu_now([os.getpid()])
-    clients, rest = _cpu_since(before, after)
+    after = cpu_now([os.getpid()])
+    clients, rest = cpu_since(before, after)
     assert clients >= 0.15 and rest >= 0.0
-    assert _cpu_now([2 ** 22 + 7]) is None  # a process that does not exist
-    assert _cpu_since(None, after) is None
+    assert cpu_now([2 ** 22 + 7]) is None  # a process that does not exist
+    assert cpu_since(None, after) is None
 
 
 def test_the_capped_row_is_compared_with_the_uncapped_one_over_the_same_tenants():
@@ -165,11 +167,12 @@ def test_end_to_end_pairs_run_in_turns_and_each_ratio_is_its_own_pairs():
         calls.append("ref")
         return next(ref_seconds), None, None
 
-    config = bench.BenchConfig(jobs=100, processes=[4], tenants=[], batches=[], lease_cap=0, repeat=3)
+    config = BenchConfig(jobs=100, processes=[4], tenants=[], batches=[], lease_cap=0, repeat=3)
     results = Results()
-    with mock.patch.object(bench, "_throughput_ours", ours), mock.patch.object(bench, "_throughput_reference", ref), \
-            mock.patch.object(bench, "connection", mock.Mock(vendor="postgresql")):
-        bench._throughput_all(config, results, progress=lambda message: None)
+    with mock.patch.object(throughput, "_throughput_ours", ours), \
+            mock.patch.object(throughput, "throughput_reference", ref), \
+            mock.patch.object(throughput, "connection", mock.Mock(vendor="postgresql")):
+        throughput.throughput_all(config, results, progress=lambda message: None)
     assert calls == ["ours", "ref", "ref", "ours", "ours", "ref"]
     (row,) = results.throughput
     assert row.ratios == [0.5, 0.5, 0.75]
@@ -188,8 +191,8 @@ def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_
         calls.append((case, len(tenants) if tenants else 1))
         return next(timings)
 
-    with mock.patch.object(bench, "_claim_times", claim_times):
-        cases = bench._claim_vs_tenants(bench.BenchConfig(claims=5, claim_tenants=10, repeat=3))
+    with mock.patch.object(claims, "_claim_times", claim_times):
+        cases = claims.claim_vs_tenants(BenchConfig(claims=5, claim_tenants=10, repeat=3))
     assert calls == [("one", 1), ("many", 10), ("many", 10), ("one", 1), ("one", 1), ("many", 10)]
     one, many = cases
     assert (one.claim_ms, one.claim_finish_ms, one.buffers) == (1.0, 2.0, 40)
@@ -201,9 +204,9 @@ def test_claim_time_vs_tenants_runs_its_cases_in_turns_and_gives_the_median_and_
     # The median of the rounds' ratios (1.5×), not the ratio of the medians (1.9 / 1.0).
     assert "1.50× (1.20–1.90×)" in line and "ok" in line
     # One round: the ratio of the two medians, no range.
-    with mock.patch.object(bench, "_claim_times", lambda case, claims, tenants=None: (
+    with mock.patch.object(claims, "_claim_times", lambda case, claims, tenants=None: (
             (1.0, 2.0, 40) if tenants is None else (2.5, 3.0, 41))):
-        single = bench._claim_vs_tenants(bench.BenchConfig(claims=5, claim_tenants=10))
+        single = claims.claim_vs_tenants(BenchConfig(claims=5, claim_tenants=10))
     line = next(line for line in render(Results(tenant_claims=single, claim_count=5)).splitlines()
                 if line.startswith("  10 tenants with READY work"))
     assert "2.50×" in line and "–" not in line and "MISS" in line
@@ -216,7 +219,7 @@ def test_each_claim_time_case_starts_without_the_dead_rows_the_case_before_left(
     one-tenant case run after them must start on the table a VACUUM left
     (its own tenant's page), not on the many-tenant case's leftovers."""
     seen = []
-    time_claims = bench._time_claims
+    time_claims = claims._time_claims
 
     def measured(claims, warmup, batch=1):
         with connection.cursor() as cursor:
@@ -226,10 +229,10 @@ def test_each_claim_time_case_starts_without_the_dead_rows_the_case_before_left(
         return time_claims(claims, warmup, batch)
 
     try:
-        with mock.patch.object(bench, "_time_claims", measured):
-            bench._claim_vs_tenants(bench.BenchConfig(claims=3, claim_tenants=2000, repeat=2))
+        with mock.patch.object(claims, "_time_claims", measured):
+            claims.claim_vs_tenants(BenchConfig(claims=3, claim_tenants=2000, repeat=2))
     finally:
-        bench.bench_cleanup()
+        run.bench_cleanup()
     # Round 1: one, then many; round 2: many, then one — right after the many.
     assert [tenants for tenants, _ in seen] == [1, 2000, 2000, 1]
     assert [pages for _, pages in seen][-1] == 1, seen
@@ -248,18 +251,17 @@ def test_removing_a_tenant_s_rows_joins_nothing_even_where_the_statistics_call_t
     """The bench vacuums its tables between rows; vacuumed empty, then
     filled by the next row, a table is taken for empty (one row) until it
     is analysed. A delete that joined the row's ids to such a table was
-    planned as a nested loop going through every id for each of its rows:
-    a quick bench hung eight minutes removing 100,000 search rows. Each
-    delete must name the ids in a way no estimate can turn into a join —
-    and remove that tenant's rows, and no one else's."""
+    planned as a nested loop going through every id for each of its rows.
+    Each delete must name the ids in a way no estimate can turn into a join
+    — and remove that tenant's rows, and no one else's."""
     store = Store()
-    bench._vacuum()  # the tables as the bench leaves them between rows: empty, just vacuumed
-    store.enqueue_many([JobSpec(bench.TENANT_E2E, f"e2e-{i:05d}") for i in range(3000)])
+    vacuum()  # the tables as the bench leaves them between rows: empty, just vacuumed
+    store.enqueue_many([JobSpec(TENANT_E2E, f"e2e-{i:05d}") for i in range(3000)])
     kept = store.enqueue("studio", "send-quote-017")
-    Job.objects.filter(tenant=bench.TENANT_E2E).update(state="DONE")
+    Job.objects.filter(tenant=TENANT_E2E).update(state="DONE")
 
     with CaptureQueriesContext(connection) as captured:
-        delete_tenants([bench.TENANT_E2E])
+        delete_tenants([TENANT_E2E])
 
     deletes = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("DELETE")]
     assert len(deletes) == 5, deletes
@@ -268,8 +270,8 @@ def test_removing_a_tenant_s_rows_joins_nothing_even_where_the_statistics_call_t
             cursor.execute("EXPLAIN " + sql)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "Nested Loop" not in plan and "Join" not in plan, plan
-    assert not Job.objects.filter(tenant=bench.TENANT_E2E).exists()
-    assert not JobSearch.objects.filter(tenant=bench.TENANT_E2E).exists()
+    assert not Job.objects.filter(tenant=TENANT_E2E).exists()
+    assert not JobSearch.objects.filter(tenant=TENANT_E2E).exists()
     assert list(Job.objects.values_list("id", flat=True)) == [kept.id]
     assert JobSearch.objects.filter(job_id=kept.id).exists()
     assert JobEvent.objects.filter(job_id=kept.id).exists()
@@ -279,49 +281,48 @@ def test_a_run_s_end_is_read_from_the_job_table_alone_and_is_its_last_finish():
     """A run ends at its last job's finish. Read by joining the history to
     the jobs, on a fresh cluster whose tables autovacuum had not analysed
     yet, it was planned as a nested loop reading the whole history for each
-    job: the quick bench's `--batch 100` row waited on it for minutes. The
-    query names one table, and gives the newest finish of the bench's own
-    jobs, not another action's."""
+    job. The query names one table, and gives the newest finish of the
+    bench's own jobs, not another action's."""
     store = Store()
-    store.enqueue_many([JobSpec(bench.TENANT_E2E, f"e2e-{i:05d}", action=bench.BENCH_ACTION) for i in range(3)])
+    store.enqueue_many([JobSpec(TENANT_E2E, f"e2e-{i:05d}", action=BENCH_ACTION) for i in range(3)])
     other = store.enqueue("studio", "send-quote-017")
-    for job in Job.objects.filter(tenant=bench.TENANT_E2E):
+    for job in Job.objects.filter(tenant=TENANT_E2E):
         epoch = store.claim(job.tenant, job.key, "w-1", ttl=30)
         store.finish(job.tenant, job.key, "w-1", epoch)
     epoch = store.claim(other.tenant, other.key, "w-1", ttl=30)
     store.finish(other.tenant, other.key, "w-1", epoch)
 
     with CaptureQueriesContext(connection) as captured:
-        last = bench._last_finish()
+        last = last_finish()
 
     (sql,) = [q["sql"] for q in captured.captured_queries]
     assert "JOIN" not in sql.upper() and "jobs_jobevent" not in sql, sql
-    finishes = JobEvent.objects.filter(kind="finish", job__tenant=bench.TENANT_E2E).values_list("created_at", flat=True)
+    finishes = JobEvent.objects.filter(kind="finish", job__tenant=TENANT_E2E).values_list("created_at", flat=True)
     assert last == max(finishes)
     assert last < Job.objects.get(pk=other.pk).finished_at
-    delete_tenants([bench.TENANT_E2E])
+    delete_tenants([TENANT_E2E])
 
 
 def test_a_fleet_counts_the_successes_its_workers_logged_reading_each_log_on_from_where_it_stopped(tmp_path):
-    fleet = bench.WorkerFleet(2, label="t", poll_interval=1.0)
-    fleet.logs = [tmp_path / "worker-0.log", tmp_path / "worker-1.log"]
-    fleet.logs[0].write_bytes(b"2026-12-07T07:00:00.000+00:00 INFO    job.claim tenant=a key=k-1\n"
+    workers = WorkerFleet(2, label="t", poll_interval=1.0)
+    workers.logs = [tmp_path / "worker-0.log", tmp_path / "worker-1.log"]
+    workers.logs[0].write_bytes(b"2026-12-07T07:00:00.000+00:00 INFO    job.claim tenant=a key=k-1\n"
                               b"2026-12-07T07:00:00.001+00:00 INFO    job.done tenant=a key=k-1\n"
                               b"2026-12-07T07:00:00.002+00:00 INFO    job.done tenant=a key=k-2\n")
-    fleet.logs[1].write_bytes(b"2026-12-07T07:00:00.000+00:00 INFO    batch.done jobs=100\n"
+    workers.logs[1].write_bytes(b"2026-12-07T07:00:00.000+00:00 INFO    batch.done jobs=100\n"
                               b"2026-12-07T07:00:00.001+00:00 INFO    batch.done jobs=5")  # still being written
-    assert fleet.finished() == 102
-    with open(fleet.logs[1], "ab") as log:
+    assert workers.finished() == 102
+    with open(workers.logs[1], "ab") as log:
         log.write(b"0 lost=1\n2026-12-07T07:00:00.002+00:00 INFO    job.failed tenant=a key=k-3\n")
-    assert fleet.finished() == 152
-    assert fleet.finished() == 152  # nothing counted twice
+    assert workers.finished() == 152
+    assert workers.finished() == 152  # nothing counted twice
 
 
 def test_the_wait_for_a_run_s_end_asks_the_database_only_once_the_logs_count_every_job():
     """The reference's processes report their own end; a question to the
     database four times a second would take CPU from our rows alone."""
     counts = iter([0, 0, 0, 5])
-    fleet = mock.Mock(finished=lambda: next(counts))
-    with mock.patch.object(bench.time, "sleep"), CaptureQueriesContext(connection) as captured:
-        bench._wait_done(5, fleet)
+    workers = mock.Mock(finished=lambda: next(counts))
+    with mock.patch.object(fleet.time, "sleep"), CaptureQueriesContext(connection) as captured:
+        wait_done(5, workers)
     assert len(captured.captured_queries) == 2  # READY? LEASED? — asked once, when the logs said 5

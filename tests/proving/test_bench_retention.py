@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from jobs.models import Job, JobEvent
-from proving import bench_retention
+from proving.bench import retention as bench_retention
 
 pytestmark = pytest.mark.django_db
 

@@ -33,7 +33,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -73,6 +72,7 @@ from company.services import (
 )
 from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
+from durable.net import free_port
 from durable.numbers import whole_flag
 from jobs import access
 from jobs.inbound import signature_for
@@ -134,12 +134,6 @@ class _CallbackReceiver:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -333,7 +327,7 @@ class Command(BaseCommand):
         prefix = key.split("_")[1]
         w(f"\nOutside agent: manage.py agent_create made agent outside-agent of {slug} with key {prefix} (printed "
           f"once, last line) and callbacks to {receiver.url}")
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}",
                                    "--noreload"], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)

@@ -5,7 +5,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from durable.numbers import NumberRefused, number_flag, whole_flag, whole_number
-from proving.bench import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchConfig, BenchError, bench_run, render
+from proving.bench.common import BENCH_TENANTS, MANY_TENANTS, REFERENCE_TABLE, BenchError
+from proving.bench.figures import BenchConfig
+from proving.bench.report import render
+from proving.bench.run import bench_run
 
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
          "tenants": "1000", "claim_tenants": 2000,
@@ -156,7 +159,7 @@ class Command(BaseCommand):
 
 
     def _pooler(self, config: BenchConfig, opts) -> None:
-        from proving.bench_pooler import PoolerConfig, pooler_bench, render_pooler
+        from proving.bench.pooler import PoolerConfig, pooler_bench, render_pooler
 
         started = time.monotonic()
 

@@ -1,10 +1,10 @@
-"""`manage.py bench_gateway`: the agent gateway's figures (see proving/bench_gateway.py)."""
+"""`manage.py bench_gateway`: the agent gateway's figures (see proving/bench/gateway.py)."""
 
 import uuid
 
 from django.core.management.base import BaseCommand
 
-from proving import bench_gateway
+from proving.bench import gateway as bench_gateway
 
 
 class Command(BaseCommand):

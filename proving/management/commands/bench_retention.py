@@ -1,10 +1,10 @@
-"""`manage.py bench_retention`: retention's speed and its cost to running workers (proving/bench_retention.py)."""
+"""`manage.py bench_retention`: retention's speed and its cost to running workers (proving/bench/retention.py)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from durable.numbers import whole_flag
-from proving import bench_retention
-from proving.bench import BenchError
+from proving.bench import retention as bench_retention
+from proving.bench.common import BenchError
 
 
 class Command(BaseCommand):

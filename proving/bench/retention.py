@@ -32,8 +32,8 @@ from jobs.models import Job
 from jobs.partitions import history_partitioned, history_partitions_ensure
 from jobs.store import JobSpec, Store
 
-from .bench import BENCH_ACTION, ROOT, BenchError, WorkerFleet, _wait_done, database_url
-from .bench_common import SEARCH_ROWS_OF_INSERTED, delete_tenants
+from .common import BENCH_ACTION, ROOT, SEARCH_ROWS_OF_INSERTED, BenchError, delete_tenants
+from .fleet import WorkerFleet, database_url, wait_done
 
 TENANT = "bench-retention"
 TENANT_WORK = "bench-retention-work"
@@ -96,7 +96,7 @@ def throughput(jobs: int, processes: int) -> float:
         with transaction.atomic():
             Store().enqueue_many(specs)
         started = time.monotonic()
-        _wait_done(jobs, fleet)
+        wait_done(jobs, fleet)
         seconds = time.monotonic() - started
     delete_tenants([TENANT_WORK])
     return jobs / seconds

@@ -1,12 +1,12 @@
-"""What the benchmark's sections share: the bulk tenants and loading,
-deleting and tidying their rows, and the plain-text table the figures are
-printed in. `bench.py` (the engine's sections) and `bench_changelist.py`
-(the console's) both import from here; `bench.py` imports `bench_changelist.py`,
-and neither this module nor `bench_changelist.py` imports `bench.py`."""
+"""What the benchmark's sections share: the names of its own tenants, action
+and reference table, loading, deleting and tidying their rows, and the
+plain-text table the figures are printed in."""
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -14,6 +14,22 @@ from jobs.models import Job, JobEvent, JobSearch, ReadyTenant, ReviewDeadline
 
 # Bulk rows are spread over many tenants, as a production table's are.
 BULK_TENANTS = [f"bench-bulk-{i:02d}" for i in range(50)]
+TENANT_ENQUEUE = "bench-enqueue"
+TENANT_E2E = "bench-e2e"
+TENANT_LATENCY = "bench-latency"
+TENANT_CLAIM = "bench-claim"
+# The many-tenant rows (end to end and claim time) use the first N of these.
+MANY_TENANTS = [f"bench-many-{i:05d}" for i in range(10_000)]
+BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, *BULK_TENANTS, *MANY_TENANTS]
+BENCH_ACTION = "jobs.bench_noop"
+REFERENCE_TABLE = "bench_reference_jobs"
+
+ROOT = Path(settings.BASE_DIR)
+
+
+class BenchError(Exception):
+    """The benchmark could not complete a measurement (a worker died, jobs
+    did not finish in time, an unsupported database)."""
 
 
 # ---------------------------------------------------------------- the bench's rows
@@ -33,9 +49,9 @@ def delete_tenants(tenants: list[str]) -> None:
                 # join: the bench vacuums between rows, so the statistics of
                 # a table it just filled can say it is empty, and a join was
                 # then planned as a nested loop that went through every id
-                # for each of the table's rows — a delete of 100,000 search
-                # rows ran for minutes. `= ANY` of a constant is a filter or
-                # an index condition, hashed once, whatever the estimates.
+                # for each of the table's rows. `= ANY` of a constant is a
+                # filter or an index condition, hashed once, whatever the
+                # estimates.
                 cursor.execute(ids, params)
                 jobs, job_params = "= ANY(%s::bigint[])", [[row[0] for row in cursor.fetchall()]]
             for table in (JobEvent._meta.db_table, JobSearch._meta.db_table, ReviewDeadline._meta.db_table):
@@ -132,6 +148,17 @@ def tidy() -> None:
             cursor.execute(f"VACUUM (ANALYZE) {name}" if connection.vendor == "postgresql" else f"ANALYZE {name}")
 
 
+def vacuum() -> None:
+    """Plain VACUUM of the job, search and history tables (PostgreSQL): a
+    bench row starts on a table without the previous row's dead rows, as it
+    would with autovacuum on. It takes no lock that blocks reads or writes."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM {Job._meta.db_table}, {JobSearch._meta.db_table}, {JobEvent._meta.db_table}, "
+                       f"{ReadyTenant._meta.db_table}")
+
+
 def analyzed_plan(sql: str, params, *, settings: tuple[str, ...] = ()) -> dict:
     """The top node of `sql`'s plan as PostgreSQL runs it (EXPLAIN (ANALYZE,
     BUFFERS, FORMAT JSON)), in a transaction that is rolled back: what the
@@ -164,3 +191,24 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
         cells = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)]
         lines.append("  " + "  ".join(cells).rstrip())
     return lines
+
+
+# ---------------------------------------------------------------- figures
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (NaN when empty)."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def in_turns(round_number: int, sides: tuple) -> tuple:
+    """The order `sides` run in, in round `round_number` (from 0) of runs
+    side by side: as given, then reversed, and so on — what both the
+    end-to-end pairs and the claim-time rounds follow."""
+    return sides if round_number % 2 == 0 else sides[::-1]

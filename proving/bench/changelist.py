@@ -3,9 +3,8 @@ to answer with `--rows` jobs in the table (target: under 300 ms with
 1,000,000 jobs on PostgreSQL) — no full COUNT(*), no DISTINCT, index-served
 search.
 
-Kept apart from `bench.py`'s engine sections, which call it; it shares their
-bulk loader, clean-up and table (`bench_common.py`) and imports nothing from
-`bench.py`."""
+Kept apart from the engine's sections; the run (`run.py`) calls it. It
+shares their bulk loader, clean-up and table (`common.py`)."""
 
 import statistics
 import time
@@ -16,7 +15,7 @@ from django.db import connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from .bench_common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
+from .common import BULK_TENANTS, bulk_load, delete_tenants, table, tidy, verdict
 
 TARGET_CHANGELIST_MS = 300.0
 REQUESTS = 15

@@ -8,7 +8,7 @@ queries.
 The table holds `rows` jobs over the bulk tenants: 90 % DONE, 8 % waiting
 for review, 2 % needing attention, each with a search text shaped like an
 email action's (recipient, subject, proposer), waiting since up to ten days.
-Imports nothing from `bench.py`; deletes its rows (and its user) after."""
+Deletes its rows (and its user) after."""
 
 import statistics
 import time
@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from .bench_common import (BULK_TENANTS, SEARCH_ROWS_OF_INSERTED, delete_tenants, search_rows_add, search_rows_mark,
+from .common import (BULK_TENANTS, SEARCH_ROWS_OF_INSERTED, delete_tenants, search_rows_add, search_rows_mark,
                            table, tidy, verdict)
 
 TARGET_QUEUE_MS = 300.0

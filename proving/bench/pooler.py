@@ -23,10 +23,12 @@ from django.db import connection, transaction
 
 from jobs.store import JobSpec, Store
 
-from .bench import (BENCH_ACTION, TENANT_E2E, TENANT_LATENCY, BenchError, WorkerFleet, _as_aware, _last_finish,
-                    _start_delays_ms, _vacuum, _wait_done, database_url, db_now, percentile)
-from .bench_common import delete_tenants, table, verdict
-from .pgbouncer import PgBouncerError, start_pgbouncer
+from ..pgbouncer import PgBouncerError, start_pgbouncer
+from .common import (BENCH_ACTION, TENANT_E2E, TENANT_LATENCY, BenchError, delete_tenants, percentile, table, vacuum,
+                     verdict)
+from .fleet import WorkerFleet, database_url, last_finish, wait_done
+from .latency import enqueue_paced, start_delays_ms
+from .meters import as_aware, db_now
 
 TARGET_SHARE = 0.80
 TARGET_P50_MS = 50.0
@@ -95,31 +97,25 @@ def _throughput(config: PoolerConfig, env: dict) -> float:
     delete_tenants([TENANT_E2E])
     # Each run on a table without the previous run's dead rows (the pooled
     # run came second and paid for the direct run's; autovacuum may be off).
-    _vacuum()
+    vacuum()
     args = ("--concurrency", str(config.concurrency)) if config.concurrency > 1 else ()
     with WorkerFleet(config.processes, label="pooler", poll_interval=0.5, args=args, env=env) as fleet:
         specs = [JobSpec(TENANT_E2E, f"e2e-{i:07d}", action=BENCH_ACTION) for i in range(config.jobs)]
         with transaction.atomic():
             Store().enqueue_many(specs)
         started = db_now()
-        _wait_done(config.jobs, fleet)
-        finished = _last_finish()
+        wait_done(config.jobs, fleet)
+        finished = last_finish()
     delete_tenants([TENANT_E2E])
-    return config.jobs / max((_as_aware(finished) - started).total_seconds(), 1e-6)
+    return config.jobs / max((as_aware(finished) - started).total_seconds(), 1e-6)
 
 
 def _latency(config: PoolerConfig, env: dict) -> list[float]:
     delete_tenants([TENANT_LATENCY])
-    store = Store()
-    interval = config.latency_interval_ms / 1000
     with WorkerFleet(config.latency_workers, label="latency", poll_interval=1.0, env=env) as fleet:
-        next_at = time.monotonic()
-        for i in range(config.latency_jobs):
-            store.enqueue(TENANT_LATENCY, f"notify-{i:06d}", action=BENCH_ACTION)
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        _wait_done(config.latency_jobs, fleet)
-    samples = _start_delays_ms().get("notify", [])
+        enqueue_paced("notify", config.latency_jobs, config.latency_interval_ms)
+        wait_done(config.latency_jobs, fleet)
+    samples = start_delays_ms().get("notify", [])
     delete_tenants([TENANT_LATENCY])
     return samples
 
@@ -153,7 +149,7 @@ def _connections(concurrency: int, env: dict, *, pooled: bool = False) -> tuple[
         name = f"durable-worker {worker_id}"[:63]
         store = Store()
         store.enqueue(TENANT_BUDGET, "warm-up", action=BENCH_ACTION)
-        _wait_done(1, fleet)
+        wait_done(1, fleet)
         idle = _most(lambda: _backends(name))
         for n in range(concurrency):
             store.enqueue(TENANT_BUDGET, f"busy-{n}", action=BENCH_ACTION, payload={"hold": 4})
@@ -161,11 +157,11 @@ def _connections(concurrency: int, env: dict, *, pooled: bool = False) -> tuple[
         if pooled:
             own = _most(lambda: _backends(name))
             everyone = _most(lambda: _backends())
-            _wait_done(concurrency, fleet)
+            wait_done(concurrency, fleet)
             delete_tenants([TENANT_BUDGET])
             return own, everyone
         busy = _most(lambda: _backends(name))
-        _wait_done(concurrency, fleet)
+        wait_done(concurrency, fleet)
     delete_tenants([TENANT_BUDGET])
     return idle, busy
 

@@ -23,26 +23,25 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from company.models import Proposal, Tenant
 from company.services import tenant_ensure
+from durable.net import free_port
 from gateway.models import Agent, AgentProposal
 from gateway.services import agent_create, proposal_limit_refusal
 from jobs.models import Job
 from operations.limits import window_full_since
 from operations.models import ActionLimit, Operation
 
-from .bench import database_url, percentile
-from .bench_common import delete_tenants, table
+from .common import ROOT, delete_tenants, percentile, table
+from .fleet import database_url
 
 TENANT = "bench-gateway"
 ACTION = "connectors.send_email"
 EMAIL = {"to": "bench@example.com", "subject": "Bench", "body": "A proposal of the benchmark."}
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -56,19 +55,13 @@ class ApiFigures:
     statuses: dict
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """`manage.py runserver --noreload` on 127.0.0.1, on this database."""
 
     def __init__(self):
         import os
 
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
                                          f"127.0.0.1:{self.port}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
