@@ -26,11 +26,10 @@ from django.db import IntegrityError, connection, transaction
 
 from . import claim as claim_sql
 from . import notify
-from .fence import BY_KEY as _FENCE
-from .fence import fence_checked, fence_conflict
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
+from .fence import BY_KEY, fence_checked, fence_conflict
 from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
 from .search import search_text_for, search_text_of_new
@@ -66,7 +65,9 @@ def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -
         hook(job_id=job_id, entered=entered, clock=clock)
 
 
-# The statements of jobs/sql/writes.sql and enqueue.sql this module fills in.
+# The statements of jobs/sql/writes.sql and enqueue.sql this module fills
+# in; a single write's fence is by the job's key (jobs.fence).
+_FENCE = BY_KEY
 _FENCED_UPDATE = query("fenced_update")
 _FENCED_UPDATE_LOGGED = query("fenced_update_logged")
 _FENCED_CLAIM_TIME = fill(query("fenced_claim_time"), fence=_FENCE)

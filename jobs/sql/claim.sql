@@ -93,7 +93,7 @@ SELECT count(*) FROM jobs_job AS c WHERE c.state = 'LEASED' AND c.tenant = t.ten
 -- order of job_claim_tenant (a row another claimer leased meanwhile fails
 -- the state test again, on its newest version). The first tenant nearly
 -- always has one, so a claim reads one tenant's claim index entries and
--- ranks tenants, not jobs. OFFSET 0 keeps the ranking a step of its own.
+-- ranks tenants, not jobs.
 {load}
 ranked AS MATERIALIZED (
     SELECT tenant, row_number() OVER (ORDER BY leased, lottery) AS position FROM load {cap_filter_one}
