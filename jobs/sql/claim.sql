@@ -41,8 +41,8 @@
 -- lease count and lottery ticket. {finish}: the previous work's finishes
 -- (writes.sql, finish) when this statement writes them; their jobs, still
 -- LEASED in this statement's snapshot, come off their tenants' counts
--- ({finishing_load}). With one tenant and no cap the count
--- decides nothing and is not read.
+-- ({finishing_load}). With one tenant and no cap the count decides nothing
+-- and is not read.
 WITH {finish} {tenants} load AS MATERIALIZED (
     SELECT t.tenant, hashtextextended(t.tenant, %(lottery)s) AS lottery,
            CASE WHEN (SELECT count(*) FROM tenants) = 1 AND %(cap)s = 0 THEN 0

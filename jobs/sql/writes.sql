@@ -12,10 +12,10 @@
 -- what a row needs from the bound arrays (its epoch, its result, its
 -- claim's time) it finds by its id's place among the ids, in id order,
 -- with a binary search (width_bucket over a sorted array gives the place of
--- a value it holds). Joined, the arrays' rows to the table's, a batch's
--- finish was planned, from statistics that took the table for nearly empty
--- (as after a VACUUM of a drained queue that could not shorten it), as a
--- nested loop going through all the batch's ids for each of its rows.
+-- a value it holds). Joined, the arrays' rows to the table's, the generic
+-- plan made from statistics that take the table for nearly empty (as after
+-- a VACUUM of a drained queue that could not shorten it) is a nested loop
+-- going through all the batch's ids for each of its rows.
 
 -- finish --
 -- The finishes' CTEs, bound in one of two forms (jobs/claim.py
