@@ -29,10 +29,12 @@ from . import notify
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
 from .errors import Conflict, InvalidTransition, JobNotFound
+from .fence import BY_KEY, fence_checked, fence_conflict
 from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
 from .search import search_text_for, search_text_of_new
 from .selectors import expired_leases, is_eligible, lease_expired, waits_due
+from .sql import fill, query
 from .states import State, transition
 from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
 
@@ -41,9 +43,6 @@ __all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "
 DEFAULT_TTL = 30.0
 # Jobs per statement of `enqueue_many` (on SQLite, 13 parameters each).
 _ENQUEUE_CHUNK = 4000
-# The PostgreSQL types of `enqueue_many`'s column arrays, in its columns' order.
-_ENQUEUE_ARRAY_TYPES = ("varchar", "varchar", "varchar", "varchar", "varchar", "integer", "jsonb", "smallint",
-                        "timestamptz", "integer", "text")
 
 # Told, in the transaction of the change, that a job entered or left
 # WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review layer's
@@ -66,16 +65,23 @@ def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -
         hook(job_id=job_id, entered=entered, clock=clock)
 
 
-_EVENT_COLUMNS = "job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at"
-# The row that ends an attempt also records when the attempt was claimed.
-_ATTEMPT_COLUMNS = _EVENT_COLUMNS + ", claimed_at"
-_SEARCH_COLUMNS = "job_id, tenant, key, search_text"
-
-# The fence: which rows a worker's write may touch. The job is found by its
-# key in the search row (unique index `jobsearch_unique_tenant_key`), then by
-# primary key: jobs_job has no index on (tenant, key) (migration 0018).
-_FENCE = ("id = (SELECT s.job_id FROM jobs_jobsearch AS s WHERE s.tenant = %s AND s.key = %s) "
-          "AND lease_epoch = %s AND worker_id = %s AND state = 'LEASED'")
+# The statements of jobs/sql/writes.sql and enqueue.sql this module fills
+# in; a single write's fence is by the job's key (jobs.fence).
+_FENCE = BY_KEY
+_FENCED_UPDATE = query("fenced_update")
+_FENCED_UPDATE_LOGGED = query("fenced_update_logged")
+_FENCED_CLAIM_TIME = fill(query("fenced_claim_time"), fence=_FENCE)
+_TRANSITION_WRITE = query("transition_write")
+_HISTORY_APPEND = query("history_append")
+_ENQUEUE_MANY = query("enqueue_many")
+_ENQUEUE_TAKEN_SQLITE = query("enqueue_taken_sqlite")
+_ENQUEUE_MANY_SQLITE = query("enqueue_many_sqlite")
+# The new jobs' rows of each: the keys that got a search row, with their
+# drawn ids (PostgreSQL); the given rows in order, ids from the table (SQLite).
+_NEW_JOBS = fill(query("enqueue_new_jobs"), id="id", source="numbered WHERE id IN (SELECT job_id FROM searchable)")
+_NEW_JOBS_SQLITE = fill(query("enqueue_new_jobs"), id="NULL", source="given ORDER BY n")
+_ENQUEUE_EVENTS_SQLITE = query("enqueue_events_sqlite")
+_ENQUEUE_SEARCH_SQLITE = query("enqueue_search_sqlite")
 
 
 @dataclass
@@ -274,47 +280,18 @@ class Store:
             return 0
         now_sql, now_params = clock.sql()
         proposed_by = actor[:200]
-        # Per spec, its values in the order of `columns` but the last three
-        # (the chunk's time and proposer, then its search text).
+        # Per spec, its values in the order the enqueue statements name them
+        # (enqueue.sql).
         values = [(s.tenant, s.key, s.action, s.subject_type, str(s.subject_id or ""), s.subject_version,
                    c.payload_json, s.priority, adapt(c.run_at) if c.run_at is not None else None, c.max_attempts,
                    search_text_of_new(tenant=s.tenant, key=s.key, action=s.action, subject_type=s.subject_type,
                                       subject_id=str(s.subject_id or ""), payload=c.payload, proposed_by=actor))
                   for s, c in specs]
-        columns = ("tenant, key, action, subject_type, subject_id, subject_version, payload, priority, "
-                   "next_attempt_at, max_attempts, search_text")
-        # (The job's values, and its id first when it is known.)
-        insert = ("INSERT INTO jobs_job (id, tenant, key, action, subject_type, subject_id, subject_version, "
-                  "payload, state, priority, next_attempt_at, attempts, max_attempts, recoveries, lease_epoch, "
-                  "worker_id, wait_reason, last_error, created_at, updated_at, proposed_by, search_text) "
-                  "SELECT {id}, tenant, key, action, subject_type, subject_id, subject_version, payload, "
-                  "'READY', priority, next_attempt_at, 0, max_attempts, 0, 0, '', '', '', created_at, created_at, "
-                  "proposed_by, search_text FROM {source}")
-        event = "'enqueue', '', 'READY', 0, '', %s, '', '{}'"
         with transaction.atomic(), connection.cursor() as cursor:
             if _is_postgres():
-                # One statement: each new key's search row first (its id
-                # drawn from the jobs' sequence, in the chunk's order; a key
-                # that exists is skipped by the unique index, waiting for a
-                # concurrent insert of it to commit or roll back), then the
-                # jobs of the keys that got one, and their creation events.
-                # The chunk comes as one array per column: a row of
-                # parameters per job made a statement psycopg took longer to
-                # read than the server to run.
-                arrays = ", ".join(f"%s::{kind}[]" for kind in _ENQUEUE_ARRAY_TYPES)
-                sql = (
-                    f"WITH given AS (SELECT g.*, {now_sql} AS created_at, %s::varchar AS proposed_by "
-                    f"FROM unnest({arrays}) WITH ORDINALITY AS g({columns}, n)), "
-                    f"firsts AS (SELECT DISTINCT ON (tenant, key) * FROM given ORDER BY tenant, key, n), "
-                    f"numbered AS (SELECT nextval(pg_get_serial_sequence('jobs_job', 'id')) AS id, f.* "
-                    f"FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f), "
-                    f"searchable AS (INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) "
-                    f"SELECT id, tenant, key, search_text FROM numbered ORDER BY n "
-                    f"ON CONFLICT (tenant, key) DO NOTHING RETURNING job_id), "
-                    f"inserted AS ({insert.format(id='id', source='numbered WHERE id IN (SELECT job_id FROM searchable)')} "
-                    f"RETURNING id, created_at) "
-                    f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) SELECT id, {event}, created_at FROM inserted")
-                cursor.execute(sql, [*now_params, proposed_by, *map(list, zip(*values)), actor])
+                # One statement (enqueue.sql), the chunk as one array per column.
+                cursor.execute(fill(_ENQUEUE_MANY, now=now_sql, new_jobs=_NEW_JOBS),
+                               [*now_params, proposed_by, *map(list, zip(*values)), actor])
                 return cursor.rowcount
             # SQLite: the immediate transaction holds the database's write
             # lock, so the keys found absent here stay absent until it ends.
@@ -323,8 +300,7 @@ class Store:
             keys = [s.key for s, _ in specs]
             for start in range(0, len(keys), 500):
                 some = keys[start : start + 500]
-                cursor.execute(f"SELECT tenant, key FROM jobs_jobsearch WHERE key IN ({', '.join(['%s'] * len(some))})",
-                               some)
+                cursor.execute(fill(_ENQUEUE_TAKEN_SQLITE, keys=", ".join(["%s"] * len(some))), some)
                 taken.update(cursor.fetchall())
             fresh = []
             for n, (s, _) in enumerate(specs):
@@ -335,20 +311,13 @@ class Store:
                 return 0
             row = f"{', '.join(['%s'] * len(values[0]))}, {now_sql}, %s)"
             cursor.execute(
-                f"WITH given (n, {columns}, created_at, proposed_by) AS (VALUES {', '.join(f'({n}, {row}' for n in fresh)}) "
-                f"{insert.format(id='NULL', source='given ORDER BY n')} "
-                f"RETURNING id, created_at, tenant, key, search_text",
+                fill(_ENQUEUE_MANY_SQLITE, rows=", ".join(f"({n}, {row}" for n in fresh), new_jobs=_NEW_JOBS_SQLITE),
                 [value for n in fresh for value in (*values[n], *now_params, proposed_by)],
             )
             inserted = cursor.fetchall()
-            cursor.executemany(
-                f"INSERT INTO jobs_jobevent ({_EVENT_COLUMNS}) VALUES (%s, {event}, %s)",
-                [(job_id, actor, created_at) for job_id, created_at, *_ in inserted],
-            )
-            cursor.executemany(
-                f"INSERT INTO jobs_jobsearch ({_SEARCH_COLUMNS}) VALUES (%s, %s, %s, %s)",
-                [(job_id, tenant, key, text) for job_id, _, tenant, key, text in inserted],
-            )
+            cursor.executemany(_ENQUEUE_EVENTS_SQLITE, [(job_id, actor, created_at) for job_id, created_at, *_ in inserted])
+            cursor.executemany(_ENQUEUE_SEARCH_SQLITE,
+                               [(job_id, tenant, key, text) for job_id, _, tenant, key, text in inserted])
             return len(inserted)
 
     # ------------------------------------------------------------ claiming
@@ -700,12 +669,8 @@ class Store:
         receipt) therefore commit only if the fence still held. Raises
         `Conflict` if it does not hold; yields the job."""
         with transaction.atomic():
-            job = Job.objects.select_for_update().by_key(tenant, key).first()
-            if job is None:
-                raise JobNotFound(f"no job {tenant}/{key}")
-            if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
-                raise self._conflict(job, worker_id, epoch)
-            yield job
+            job = _found(Job.objects.select_for_update().by_key(tenant, key).first(), tenant, key)
+            yield fence_checked(job, worker_id=worker_id, epoch=epoch)
 
     # ------------------------------------------------------------ decisions from outside the lease
 
@@ -880,19 +845,8 @@ class Store:
 
     def _holder(self, tenant: str, key: str, worker_id: str, epoch: int) -> Job:
         """The job as held under this fence, or `Conflict`."""
-        job = Job.objects.by_key(tenant, key).first()
-        if job is None:
-            raise JobNotFound(f"no job {tenant}/{key}")
-        if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:
-            raise self._conflict(job, worker_id, epoch)
-        return job
-
-    @staticmethod
-    def _conflict(job: Job, worker_id: str, epoch: int) -> Conflict:
-        return Conflict(
-            f"{job.tenant}/{job.key}: fence (epoch {epoch}, {worker_id}) no longer holds; "
-            f"the job is {job.state} at epoch {job.lease_epoch} ({job.worker_id or 'no worker'})"
-        )
+        return fence_checked(_found(Job.objects.by_key(tenant, key).first(), tenant, key), worker_id=worker_id,
+                             epoch=epoch)
 
     def _fenced(self, name, tenant, key, worker_id, epoch, target, clock, changes, *, reason="", detail=None, log=True):
         """One conditional UPDATE under the fence plus its event.
@@ -915,7 +869,7 @@ class Store:
             sets.append(f"{column} = {expr}")
             params += values
         fence = [tenant, key, epoch, worker_id]
-        update = f"UPDATE jobs_job SET {', '.join(sets)} WHERE {_FENCE} RETURNING id, lease_epoch"
+        update = fill(_FENCED_UPDATE, sets=", ".join(sets), fence=_FENCE)
         params += fence
         # The worker writes about its own attempt: named once, in worker_id
         # (`JobEvent.by`).
@@ -925,39 +879,29 @@ class Store:
         atomic = transaction.atomic() if into_review else _atomic_unless_postgres()
         with atomic, connection.cursor() as cursor:
             if _is_postgres() and log:
-                # `claim` reads the row as the statement's snapshot sees it,
-                # before `changed` moves its updated_at.
-                cursor.execute(
-                    f"WITH claim AS MATERIALIZED (SELECT id, updated_at FROM jobs_job WHERE {_FENCE}), changed AS ({update}) "
-                    f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
-                    f"SELECT d.id, %s, %s, %s, d.lease_epoch, %s, %s, %s, %s, {now_sql}, c.updated_at "
-                    f"FROM changed AS d JOIN claim AS c ON c.id = d.id RETURNING job_id",
-                    [*fence, *params, *event, *now_params],
-                )
+                cursor.execute(fill(_FENCED_UPDATE_LOGGED, fence=_FENCE, update=update, now=now_sql),
+                               [*fence, *params, *event, *now_params])
                 rows = cursor.fetchall()
                 written = len(rows)
             else:
                 claimed = None
                 if log:
-                    cursor.execute(f"SELECT updated_at FROM jobs_job WHERE {_FENCE}", fence)
+                    cursor.execute(_FENCED_CLAIM_TIME, fence)
                     claimed = cursor.fetchone()
                 cursor.execute(update, params)
                 rows = cursor.fetchall()
                 written = len(rows)
                 if rows and log:
                     cursor.execute(
-                        f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
-                        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql}, %s)",
+                        fill(_HISTORY_APPEND, now=now_sql),
                         [rows[0][0], event[0], event[1], event[2], rows[0][1], *event[3:], *now_params,
                          claimed[0] if claimed else None],
                     )
             if rows and into_review:
                 _review_changed(rows[0][0], State.LEASED, target, clock)
         if not written:
-            job = Job.objects.by_key(tenant, key).first()
-            if job is None:
-                raise JobNotFound(f"no job {tenant}/{key}")
-            raise self._conflict(job, worker_id, epoch)
+            job = _found(Job.objects.by_key(tenant, key).first(), tenant, key)
+            raise fence_conflict(job, worker_id=worker_id, epoch=epoch)
 
     def _write(self, job: Job, name, target, clock, changes, *, actor="", reason="", detail=None,
                log=True) -> None:
@@ -972,12 +916,8 @@ class Store:
             sets.append(f"{column} = {expr}")
             params += values
         with connection.cursor() as cursor:
-            # The state in WHERE makes the database refuse a change the row's
-            # current state does not allow, even if the caller's lock was lost.
-            cursor.execute(
-                f"UPDATE jobs_job SET {', '.join(sets)} WHERE id = %s AND state = %s AND lease_epoch = %s",
-                [*params, job.id, job.state, job.lease_epoch],
-            )
+            # (The state in WHERE: writes.sql, transition_write.)
+            cursor.execute(fill(_TRANSITION_WRITE, sets=", ".join(sets)), [*params, job.id, job.state, job.lease_epoch])
             if cursor.rowcount != 1:
                 raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
         if not log:
@@ -996,8 +936,7 @@ class Store:
         now_sql, now_params = clock.sql()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO jobs_jobevent ({_ATTEMPT_COLUMNS}) "
-                f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now_sql}, %s)",
+                fill(_HISTORY_APPEND, now=now_sql),
                 [job_id, kind, str(from_state), str(to_state), epoch, worker_id, storable_text(actor),
                  storable_text(reason), _json(detail),
                  *now_params, _db_value(claimed_at)],
@@ -1015,6 +954,13 @@ def _finishes(done: list[tuple[Job, Any]]) -> "claim_sql.Finishes":
         tenants=[job.tenant for job, _ in done],
         results=[strict_json(result, field="result") if result is not None else None for _, result in done],
     )
+
+
+def _found(job: Job | None, tenant: str, key: str) -> Job:
+    """`job`, or `JobNotFound` for `tenant`/`key` when there is none."""
+    if job is None:
+        raise JobNotFound(f"no job {tenant}/{key}")
+    return job
 
 
 def _db_value(value):

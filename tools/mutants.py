@@ -107,12 +107,13 @@ def _fence_mutants() -> list[Mutant]:
                  after=method),
             Edit("jobs/store.py", "            worker_id,", "            " + _current("worker_id"), after=anchor),),
             tuple(FENCE_TESTS)))
-    guard = "            if job.state != State.LEASED or job.lease_epoch != epoch or job.worker_id != worker_id:"
+    # The check on a job in hand (jobs.fence), which under_fence holds for its block.
+    guard = "    return job.state == State.LEASED and job.lease_epoch == epoch and job.worker_id == worker_id"
     mutants.append(Mutant("fence-epoch-under-fence", "under_fence checks the lease epoch", (
-        Edit("jobs/store.py", guard, guard.replace(" or job.lease_epoch != epoch", ""), after="    def under_fence("),),
+        Edit("jobs/fence.py", guard, guard.replace(" and job.lease_epoch == epoch", ""), after="def fence_holds("),),
         tuple(FENCE_TESTS)))
     mutants.append(Mutant("fence-worker-under-fence", "under_fence checks the worker id", (
-        Edit("jobs/store.py", guard, guard.replace(" or job.worker_id != worker_id", ""), after="    def under_fence("),),
+        Edit("jobs/fence.py", guard, guard.replace(" and job.worker_id == worker_id", ""), after="def fence_holds("),),
         tuple(FENCE_TESTS)))
     for record, function in (("receipt", "def _accept("), ("outcome", "def _fail("), ("resend", "def _prepare_resend(")):
         mutants.append(Mutant(f"fence-operation-{record}", f"the operation's {record} is written under the job's fence", (
@@ -125,7 +126,7 @@ def _fence_mutants() -> list[Mutant]:
 _FAIR_PLAN_TESTS = ("tests/jobs/test_claim_scale_pg.py::test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run",)
 _EMPTY_TABLE_TESTS = ("tests/jobs/test_claim_scale_pg.py::"
                       "test_a_claim_planned_over_an_empty_table_still_walks_the_indexes_once_it_fills",)
-# The batch fence (jobs.claim._FENCED) serves both the batch finish and the
+# The batch fence (fence_of_batch, jobs/sql/fence.sql) serves both the batch finish and the
 # lease renewals: a mutant of it must be caught through each.
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
                       "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
@@ -136,7 +137,7 @@ MUTANTS: list[Mutant] = [
         Edit("jobs/store.py", "            epoch = job.lease_epoch + 1", "            epoch = job.lease_epoch"),),
         tuple(FENCE_TESTS)),
     Mutant("claim-next-epoch-increment", "claim_next moves the epoch on", (
-        Edit("jobs/claim.py", "    lease_epoch = j.lease_epoch + 1,", "    lease_epoch = j.lease_epoch,"),),
+        Edit("jobs/sql/claim.sql", "lease_epoch = j.lease_epoch + 1,", "lease_epoch = j.lease_epoch,"),),
         ("tests/jobs/test_store.py",)),
     Mutant("renewal-keeps-claim-time", "a renewal moves the lease only, not the claim's time (updated_at)", (
         Edit("jobs/store.py", "        if target != State.LEASED:", "        if True:", after="    def _fenced("),),
@@ -159,7 +160,7 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_batch.py::test_a_batch_s_finish_records_each_attempt_s_claim_not_its_renewal",),
         postgres=True),
     Mutant("claim-limit-unread", "a batch claim walks the claim index in order whatever the statistics", (
-        Edit("jobs/claim.py", "        LIMIT (SELECT {limit})", "        LIMIT {limit}"),),
+        Edit("jobs/sql/claim.sql", "LIMIT (SELECT {limit})", "LIMIT {limit}"),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_the_statistics",),
         postgres=True),
     Mutant("batch-short-not-refilled", "a batch short of its size asks the tenants that gave work for the rest", (
@@ -168,7 +169,7 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_batch.py::test_a_batch_is_full_when_the_other_tenants_with_ready_jobs_have_none_it_may_take",),
         postgres=True),
     Mutant("drained-asked-twice", "a claim asks once which sampled tenants are left without READY work", (
-        Edit("jobs/claim.py", "AS t OFFSET 0) AS d)", "AS t) AS d)"),),
+        Edit("jobs/sql/claim.sql", "AS t OFFSET 0) AS d)", "AS t) AS d)"),),
         ("tests/jobs/test_claim_scale_pg.py::test_a_claim_asks_once_whether_each_sampled_tenant_is_left_without_ready_work",),
         postgres=True),
     Mutant("retention-page-scans-from-start", "a retention page reads the index from its key on", (
@@ -197,9 +198,9 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_claim_scale_pg.py::test_the_pruner_plans_its_statements_once_not_on_every_call",),
         postgres=True),
     Mutant("fence-epoch-batch", "a batch's finishes and lease renewals check each job's lease epoch", (
-        Edit("jobs/claim.py", "AND {t}.lease_epoch = {epoch}", "AND true"),), _BATCH_FENCE_TESTS, postgres=True),
+        Edit("jobs/sql/fence.sql", "AND {t}.lease_epoch = {epoch}", "AND true"),), _BATCH_FENCE_TESTS, postgres=True),
     Mutant("fence-worker-batch", "a batch's finishes and lease renewals check the worker id", (
-        Edit("jobs/claim.py", "AND {t}.worker_id = (SELECT %(worker)s::varchar)", "AND true"),), _BATCH_FENCE_TESTS,
+        Edit("jobs/sql/fence.sql", "AND {t}.worker_id = (SELECT %(worker)s::varchar)", "AND true"),), _BATCH_FENCE_TESTS,
         postgres=True),
     Mutant("batch-values-unordered", "each row of a batch's finish or renewal finds its own epoch and result", (
         Edit("jobs/claim.py", "    order = sorted(range(len(ids)), key=ids.__getitem__)", "    order = range(len(ids))"),),
@@ -207,7 +208,7 @@ MUTANTS: list[Mutant] = [
          "test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_whatever_the_statistics",),
         postgres=True),
     Mutant("enqueue-many-keeps-the-last", "a key given twice to enqueue_many keeps its first spec (PostgreSQL)", (
-        Edit("jobs/store.py", "ORDER BY tenant, key, n), ", "ORDER BY tenant, key, n DESC), "),),
+        Edit("jobs/sql/enqueue.sql", "ORDER BY tenant, key, n", "ORDER BY tenant, key, n DESC"),),
         ("tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given",), postgres=True),
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
@@ -225,22 +226,22 @@ MUTANTS: list[Mutant] = [
              '"SET plan_cache_mode = force_generic_plan SET'),),
         _EMPTY_TABLE_TESTS, postgres=True),
     Mutant("fence-recheck-finish-many", "a finish tests the fence again on a row another transaction changed", (
-        Edit("jobs/claim.py", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
+        Edit("jobs/sql/fence.sql", "AND {t}.state = (SELECT 'LEASED'::varchar)", "AND true"),),
         ("tests/jobs/test_finish_fence_race_pg.py",), postgres=True),
     Mutant("skip-locked", "concurrent claimers step over locked rows instead of queueing (the fair claim)", (
-        Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
+        Edit("jobs/sql/claim.sql", "FOR UPDATE SKIP LOCKED", "FOR UPDATE",
              after="SELECT j.id, j.state FROM jobs_job AS j WHERE j.id = o.id"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     Mutant("skip-locked-one", "concurrent claimers step over locked rows instead of queueing (the fair claim of one job)", (
-        Edit("jobs/claim.py", "            FOR UPDATE SKIP LOCKED", "            FOR UPDATE", after="_FAIR_ONE_PG = _LOAD"),),
+        Edit("jobs/sql/claim.sql", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="-- claim_fair_one --"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     Mutant("fair-one-least-loaded", "the fair claim of one job asks the least-loaded tenant first", (
-        Edit("jobs/claim.py", "SELECT tenant, row_number() OVER (ORDER BY leased, lottery) AS position FROM load",
+        Edit("jobs/sql/claim.sql", "SELECT tenant, row_number() OVER (ORDER BY leased, lottery) AS position FROM load",
              "SELECT tenant, row_number() OVER (ORDER BY lottery) AS position FROM load"),),
         ("tests/jobs/test_fairness.py::test_least_loaded_tenant_is_served_first",
          "tests/jobs/test_fairness.py::test_claims_alternate_between_tenants_while_their_jobs_run"), postgres=True),
     Mutant("fair-one-cap", "the capped claim of one job passes over a tenant at its cap", (
-        Edit("jobs/claim.py", 'cap_filter_one="WHERE leased < %(cap)s" if cap else "",', 'cap_filter_one="",'),),
+        Edit("jobs/sql/claim.sql", "WHERE leased < %(cap)s", "WHERE true", after="-- claim_cap_one --"),),
         ("tests/jobs/test_fairness.py::test_a_tenant_at_its_lease_cap_waits_without_blocking_others",
          "tests/jobs/test_claim_scale_pg.py"), postgres=True),
     Mutant("fair-resample", "a claim whose sample was all drained tenants samples again before the plain claim", (
@@ -252,19 +253,19 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_fairness.py::test_with_most_tenants_at_their_cap_a_claim_still_finds_the_ones_under_it",),
         postgres=True),
     Mutant("cap-locks-wanted", "a capped claim holds the locks of no more tenants than it may take jobs", (
-        Edit("jobs/claim.py", "hashtext(o.tenant)) LIMIT {{want}}) \"", "hashtext(o.tenant))) \""),),
+        Edit("jobs/sql/claim.sql", "LIMIT {want}", ""),),
         ("tests/jobs/test_fairness.py::test_a_capped_claim_holds_the_locks_of_no_more_tenants_than_it_may_take_jobs",),
         postgres=True),
     Mutant("cap-eligible", "a capped claim tries only tenants with an eligible job", (
-        Edit("jobs/claim.py", "WHERE leased < %(cap)s AND {has_eligible}", "WHERE leased < %(cap)s"),),
+        Edit("jobs/sql/claim.sql", "WHERE leased < %(cap)s AND {has_eligible}", "WHERE leased < %(cap)s"),),
         ("tests/jobs/test_fairness.py::test_under_a_cap_tenants_with_only_later_work_do_not_hide_the_ones_with_work_now",),
         postgres=True),
     Mutant("one-tenant-gate", "the one-tenant claim takes nothing while two tenants hold READY work", (
-        Edit("jobs/claim.py", "FROM ready_tenants AS r WHERE r.n <= 1)", "FROM ready_tenants AS r)"),),
+        Edit("jobs/sql/claim.sql", "FROM ready_tenants AS r WHERE r.n <= 1)", "FROM ready_tenants AS r)"),),
         ("tests/jobs/test_claim_scale_pg.py::test_with_one_tenant_the_claim_is_the_tenant_s_own_and_a_second_tenant_"
          "turns_the_fair_claim_back_on",), postgres=True),
     Mutant("skip-locked-tenant", "concurrent claimers step over locked rows (the claim for listed tenants)", (
-        Edit("jobs/claim.py", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="\n_GLOBAL_PG = \"\"\""),),
+        Edit("jobs/sql/claim.sql", "FOR UPDATE SKIP LOCKED", "FOR UPDATE", after="-- claim_plain --"),),
         ("tests/jobs/test_skip_locked_pg.py",), postgres=True),
     # A provider's lookup may list other operations' messages: only one that
     # carries this operation's client reference is ours (the filter in
@@ -314,16 +315,14 @@ MUTANTS: list[Mutant] = [
         ("tests/jobs/test_worker_writes.py",)),
     Mutant("cap-eligible-by-key", "a capped claim asks each candidate tenant for work by that tenant's index "
            "entries, not by a semi-join over every READY job", (
-        Edit("jobs/claim.py", '_HAS_ELIGIBLE = ("(SELECT e.id FROM jobs_job AS e WHERE',
-             '_HAS_ELIGIBLE = ("EXISTS (SELECT 1 FROM jobs_job AS e WHERE'),
-        Edit("jobs/claim.py", '"ORDER BY {claim_order} LIMIT 1) IS NOT NULL")',
-             '")")')),
+        Edit("jobs/sql/claim.sql", "(SELECT e.id FROM jobs_job AS e WHERE", "EXISTS (SELECT 1 FROM jobs_job AS e WHERE"),
+        Edit("jobs/sql/claim.sql", "ORDER BY {claim_order} LIMIT 1) IS NOT NULL", ")")),
         (f"{CLAIM_SCALE}::test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_entries",),
         postgres=True),
     Mutant("cap-advisory-lock", "a tenant's leases are granted only under its advisory lock (the cap holds when "
            "work falls due during another claim)", (
-        Edit("jobs/claim.py", 'f"WHERE pg_try_advisory_xact_lock({_CAP_LOCK_NAMESPACE}, hashtext(o.tenant)) LIMIT {{want}}) "',
-             'f"WHERE {_CAP_LOCK_NAMESPACE} IS NOT NULL LIMIT {{want}}) "'),),
+        Edit("jobs/sql/claim.sql", "WHERE pg_try_advisory_xact_lock(1785684595, hashtext(o.tenant))",
+             "WHERE 1785684595 IS NOT NULL"),),
         (f"{CLAIM_SCALE}::test_work_that_falls_due_while_another_claim_is_uncommitted_does_not_take_the_tenant_past_"
          "its_cap",), postgres=True),
     Mutant("decision-permission", "a decision needs the permission, not only a role that allows it", (

@@ -12,8 +12,7 @@ clause in CREATE INDEX.
 
 from django.db import migrations
 
-ORDER_PG = "priority DESC, next_attempt_at ASC NULLS FIRST, id"
-ORDER_SQLITE = "priority DESC, next_attempt_at, id"
+from ._frozen import ORDER_PG, ORDER_SQLITE
 
 
 def create(apps, schema_editor):

@@ -24,6 +24,8 @@ tenant, or the tenant would drop out of the sample while it has work:
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
+from ._frozen import ORDER_PG, ORDER_SQLITE
+
 CREATE = [
     """
 CREATE FUNCTION jobs_readytenant_keep(names varchar[]) RETURNS void LANGUAGE plpgsql AS $$
@@ -73,10 +75,7 @@ DROP = [
 
 
 def _claim_order(schema_editor) -> str:
-    from importlib import import_module
-
-    claim_index = import_module("jobs.migrations.0002_claim_index")
-    return claim_index.ORDER_PG if schema_editor.connection.vendor == "postgresql" else claim_index.ORDER_SQLITE
+    return ORDER_PG if schema_editor.connection.vendor == "postgresql" else ORDER_SQLITE
 
 
 def reshape_claim_indexes(apps, schema_editor):

@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from ._frozen import restore_claim_index
+
 # Existing rows: the proposer is their creation event's actor, and their
 # search text what the rows themselves say (key, subject, proposer,
 # rationale); payload fields an action declares are added as jobs are
@@ -18,19 +20,6 @@ UPDATE jobs_job SET search_text = LOWER(key || ' ' || subject_type || ' ' || sub
     || ' ' || COALESCE((SELECT e.reason FROM jobs_jobevent e WHERE e.job_id = jobs_job.id AND e.kind = 'enqueue'
                         ORDER BY e.id LIMIT 1), ''))
 """
-
-
-def restore_claim_index(apps, schema_editor):
-    # SQLite rebuilds jobs_job to add a column with a default (or a foreign
-    # key), and the rebuilt table loses the hand-made claim index of
-    # migration 0007: create it again, exactly as 0007 does.
-    if schema_editor.connection.vendor == "postgresql":
-        return
-    from importlib import import_module
-
-    order = import_module("jobs.migrations.0002_claim_index").ORDER_SQLITE
-    schema_editor.execute(f"CREATE INDEX IF NOT EXISTS job_claim_tenant ON jobs_job (tenant, {order}) "
-                          "WHERE state = 'READY'")
 
 
 def backfill(apps, schema_editor):

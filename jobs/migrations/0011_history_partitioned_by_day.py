@@ -1,5 +1,5 @@
 """The job history becomes a table partitioned by day on PostgreSQL
-(`jobs.partitions`); SQLite keeps the plain table. Existing rows are copied
+(`jobs.partitions`, frozen in `_frozen`); SQLite keeps the plain table. Existing rows are copied
 into day partitions (one partition for everything older than
 JOBS_RETENTION_DAYS + 30 days), and partitions are created
 JOBS_HISTORY_PARTITIONS_AHEAD days ahead."""
@@ -10,7 +10,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from jobs.partitions import DEFAULT, PARENT, PARTITION_STORAGE, history_partitions_ensure, partition_create
+from ._frozen import DEFAULT, PARENT, PARTITION_STORAGE, history_partitions_ensure, partition_create
 
 
 def _sequence(cursor, table):

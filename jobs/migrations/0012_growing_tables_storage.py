@@ -5,7 +5,7 @@ partitions theirs when created (`jobs.partitions`)."""
 
 from django.db import migrations
 
-from jobs.tablestorage import DELETED_IN_BULK, table_storage
+from ._frozen import DELETED_IN_BULK, table_storage
 
 
 class Migration(migrations.Migration):

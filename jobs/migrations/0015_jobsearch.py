@@ -17,7 +17,7 @@ Existing jobs are copied in one statement before the indexes are built."""
 
 from django.db import migrations, models
 
-from jobs.tablestorage import INSERT_ONLY, table_storage
+from ._frozen import INSERT_ONLY, table_storage
 
 BACKFILL = """
 INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text)

@@ -10,7 +10,7 @@ out of it."""
 
 from django.db import migrations
 
-from jobs.tablestorage import DELETED_IN_BULK, table_storage
+from ._frozen import DELETED_IN_BULK, table_storage
 
 
 class Migration(migrations.Migration):

@@ -15,10 +15,10 @@ jobs_job to drop the constraint, and the rebuilt table loses the hand-made
 claim index: it is made again as migration 0010 does. A job deleted through
 the ORM now takes its search row with it, so its key is free again."""
 
-from importlib import import_module
-
 import django.db.models.deletion
 from django.db import migrations, models
+
+from ._frozen import restore_claim_index
 
 MISSING = """
 INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text)
@@ -29,10 +29,6 @@ WHERE NOT EXISTS (SELECT 1 FROM jobs_jobsearch AS s WHERE s.job_id = j.id)
 
 def search_rows(apps, schema_editor):
     schema_editor.execute(MISSING)
-
-
-def restore_claim_index(apps, schema_editor):
-    import_module("jobs.migrations.0010_queue_search_assign_batches").restore_claim_index(apps, schema_editor)
 
 
 class Migration(migrations.Migration):

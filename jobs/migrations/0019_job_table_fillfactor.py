@@ -13,7 +13,7 @@ filled from now on keep the room."""
 
 from django.db import migrations
 
-from jobs.tablestorage import table_storage
+from ._frozen import table_storage
 
 
 class Migration(migrations.Migration):

@@ -22,12 +22,10 @@ rewrites nothing on PostgreSQL. SQLite rebuilds
 jobs_job, and the rebuilt table loses the hand-made claim index: it is made
 again as migration 0010 does."""
 
-from importlib import import_module
-
 from django.db import migrations
 
 # (SQLite only; a no-op on PostgreSQL.)
-restore_claim_index = import_module("jobs.migrations.0010_queue_search_assign_batches").restore_claim_index
+from ._frozen import restore_claim_index
 
 
 class Migration(migrations.Migration):

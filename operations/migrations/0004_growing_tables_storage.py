@@ -3,7 +3,7 @@ tables, which grow with the jobs (`jobs.tablestorage`); PostgreSQL only."""
 
 from django.db import migrations
 
-from jobs.tablestorage import DELETED_IN_BULK, INSERT_ONLY, table_storage
+from jobs.migrations._frozen import DELETED_IN_BULK, INSERT_ONLY, table_storage
 
 
 class Migration(migrations.Migration):

@@ -565,7 +565,7 @@ def test_the_capped_claim_asks_each_candidate_tenant_for_work_by_its_own_index_e
     for template, listed in ((claim_sql._CAP_TENANTS_PG, None), (claim_sql._CAP_TENANTS_PG, ["t0"]),
                              (claim_sql._CAP_TENANTS_ALL_PG, None)):
         sql, params = claim_sql._statement(template, "w", Clock(None), 30, listed, ["jobs.noop"], 1, cap=2)
-        sql = claim_sql._CAP_TRY_LOCKS.format(query=sql, want=1)
+        sql = claim_sql._try_locks_sql(sql, 1)
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
             plan = cursor.fetchone()[0]
@@ -693,7 +693,7 @@ def test_with_one_tenant_the_claim_is_the_tenant_s_own_and_a_second_tenant_turns
 @pytest.mark.parametrize("limit", [1, 10, 1000])
 def test_a_worker_s_claim_statement_is_short_enough_for_psycopg_to_keep_its_conversion(limit):
     """psycopg converts a query's named parameters to $n once and keeps the
-    result only for a query of at most 4 KiB (`_compact`): the statement a
+    result only for a query of at most 4 KiB (`jobs.sql.compact`): the statement a
     default worker sends per job (or per batch) — its finishes, the fair
     claim, an `--action` filter — stays under that."""
     from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH

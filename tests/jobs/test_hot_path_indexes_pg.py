@@ -93,7 +93,7 @@ def test_the_columns_a_claim_changes_come_before_the_job_s_search_text():
     placed after `search_text` (as `claimed_at`, the table's last column,
     was) makes every claim log the whole search text and proposer again
     (migration 0020)."""
-    changed = re.findall(r"^\s*(\w+) =", claim._SET_LEASED, re.M)
+    changed = re.findall(r"(?:^|, )(\w+) = ", claim._SET_LEASED)
     with connection.cursor() as cursor:
         cursor.execute("SELECT attname, attnum FROM pg_attribute WHERE attrelid = 'jobs_job'::regclass "
                        "AND attnum > 0 AND NOT attisdropped")

@@ -1,0 +1,75 @@
+-- Many jobs at once (jobs/store.py Store.enqueue_many): each new key
+-- becomes a job with its search row, which holds the key's uniqueness
+-- (unique index jobsearch_unique_tenant_key), and its creation event; a key
+-- that exists, or came earlier in the chunk, is left alone. Ids follow the
+-- chunk's order, so a tenant's jobs of equal priority are claimed in the
+-- order given. The given values come in this order, on PostgreSQL and on
+-- SQLite: tenant, key, action, subject_type, subject_id, subject_version,
+-- payload, priority, next_attempt_at, max_attempts, search_text.
+
+
+-- enqueue_many --
+-- PostgreSQL, one statement per chunk: each new key's search row first
+-- (its id drawn from the jobs' sequence, in the chunk's order; a key that
+-- exists is skipped by the unique index, waiting for a concurrent insert of
+-- it to commit or roll back), then the jobs of the keys that got one, and
+-- their creation events. The chunk comes as one array per column: a row of
+-- parameters per job made a statement psycopg took longer to read than the
+-- server to run. Bound: the proposer, the eleven arrays, the actor.
+-- {new_jobs}: enqueue_new_jobs, from the numbered keys that got a search row.
+WITH given AS (
+    SELECT g.*, {now} AS created_at, %s::varchar AS proposed_by
+    FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::integer[],
+                %s::jsonb[], %s::smallint[], %s::timestamptz[], %s::integer[], %s::text[])
+         WITH ORDINALITY AS g(tenant, key, action, subject_type, subject_id, subject_version, payload, priority,
+                              next_attempt_at, max_attempts, search_text, n)
+), firsts AS (
+    SELECT DISTINCT ON (tenant, key) * FROM given ORDER BY tenant, key, n
+), numbered AS (
+    SELECT nextval(pg_get_serial_sequence('jobs_job', 'id')) AS id, f.*
+    FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f
+), searchable AS (
+    INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text)
+    SELECT id, tenant, key, search_text FROM numbered ORDER BY n
+    ON CONFLICT (tenant, key) DO NOTHING RETURNING job_id
+), inserted AS (
+    {new_jobs}
+    RETURNING id, created_at
+)
+INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
+SELECT id, 'enqueue', '', 'READY', 0, '', %s, '', '{}', created_at FROM inserted
+
+-- enqueue_new_jobs --
+-- The new jobs' rows, READY with no attempt made: {id} (the job's id, or
+-- NULL where the table draws it) and the given values, from {source}.
+INSERT INTO jobs_job (id, tenant, key, action, subject_type, subject_id, subject_version, payload, state,
+                      priority, next_attempt_at, attempts, max_attempts, recoveries, lease_epoch, worker_id,
+                      wait_reason, last_error, created_at, updated_at, proposed_by, search_text)
+SELECT {id}, tenant, key, action, subject_type, subject_id, subject_version, payload, 'READY',
+       priority, next_attempt_at, 0, max_attempts, 0, 0, '',
+       '', '', created_at, created_at, proposed_by, search_text
+FROM {source}
+
+-- enqueue_taken_sqlite --
+-- SQLite: which of the chunk's keys ({keys}: a parameter each) exist. The
+-- immediate transaction holds the database's write lock, so the keys found
+-- absent stay absent until it ends.
+SELECT tenant, key FROM jobs_jobsearch WHERE key IN ({keys})
+
+-- enqueue_many_sqlite --
+-- SQLite: the new keys' jobs, in the chunk's order ({rows}: each one's
+-- position n, its values, {now} and the proposer). {new_jobs}:
+-- enqueue_new_jobs, from the given rows in order, ids from the table.
+WITH given (n, tenant, key, action, subject_type, subject_id, subject_version, payload, priority, next_attempt_at,
+            max_attempts, search_text, created_at, proposed_by) AS (VALUES {rows})
+{new_jobs}
+RETURNING id, created_at, tenant, key, search_text
+
+-- enqueue_events_sqlite --
+-- SQLite: a new job's creation event (bound: the job, the actor, its time).
+INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
+VALUES (%s, 'enqueue', '', 'READY', 0, '', %s, '', '{}', %s)
+
+-- enqueue_search_sqlite --
+-- SQLite: a new job's search row.
+INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text) VALUES (%s, %s, %s, %s)
