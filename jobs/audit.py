@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from . import interventions
 from .actions import action
 from .clock import Clock
 from .errors import NeedsAttention
@@ -120,7 +121,7 @@ def finding_file(*, finding: Finding, now: datetime | None = None) -> bool:
                         subject_type=f"audit.{finding.kind}", subject_id=finding.ref[:100], now=now)
     if job.state != State.READY or job.action != ACTION:
         return False  # a concurrent audit filed it first
-    store.escalate(finding.tenant, finding.key, reason=finding.summary, actor=ACTOR,
+    interventions.job_escalate(tenant=finding.tenant, key=finding.key, reason=finding.summary, actor=ACTOR,
                    detail={"audit": finding.kind, "evidence": finding.evidence}, now=now)
     return True
 

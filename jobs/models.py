@@ -421,7 +421,7 @@ class Timer(models.Model):
 
 class ReviewDeadline(models.Model):
     """The clock of a job's current stay in WAITING_REVIEW (kept by the review
-    layer through `store.on_review_change`): which `round` it is (a new stay, or a correction the policy lets restart
+    layer through `transitions.on_review_change`): which `round` it is (a new stay, or a correction the policy lets restart
     the clock, begins a new one; the round's timers die with it), when it is
     due, and since when it is overdue. Deleted when the job leaves review."""
 

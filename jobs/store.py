@@ -15,11 +15,8 @@ the epoch (tests); a datetime is taken as is. A job enqueued without `run_at`
 is eligible at once, whatever clock a later call passes.
 """
 
-import json
-import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -36,7 +33,18 @@ from .search import search_text_for, search_text_of_new
 from .selectors import expired_leases, is_eligible, lease_expired, waits_due
 from .sql import fill, query
 from .states import State, transition
-from .validation import CheckedJob, describe_exception, job_validate, json_problem, storable_text, strict_json
+from .transitions import (
+    db_value,
+    decide_on,
+    detail_json,
+    history_append,
+    job_found,
+    job_locked,
+    review_changed,
+    review_hooked,
+    transition_write,
+)
+from .validation import CheckedJob, describe_exception, job_validate, storable_text, strict_json
 
 __all__ = ["Store", "Conflict", "InvalidTransition", "JobNotFound", "JobSpec", "DEFAULT_TTL"]
 
@@ -44,34 +52,12 @@ DEFAULT_TTL = 30.0
 # Jobs per statement of `enqueue_many` (on SQLite, 13 parameters each).
 _ENQUEUE_CHUNK = 4000
 
-# Told, in the transaction of the change, that a job entered or left
-# WAITING_REVIEW: `hook(job_id=…, entered=…, clock=…)`. The review layer's
-# deadlines register here, so every path into or out of review —
-# a proposal, a handler's wait, a failure, a decision — plans or ends them.
-_review_hooks: list = []
-
-
-def on_review_change(hook) -> None:
-    """Register `hook` (see `_review_hooks`); registering it twice is harmless."""
-    if hook not in _review_hooks:
-        _review_hooks.append(hook)
-
-
-def _review_changed(job_id: int, from_state: str, to_state: str, clock: Clock) -> None:
-    entered = to_state == State.WAITING_REVIEW
-    if entered == (from_state == State.WAITING_REVIEW):
-        return
-    for hook in _review_hooks:
-        hook(job_id=job_id, entered=entered, clock=clock)
-
-
 # The statements of jobs/sql/writes.sql and enqueue.sql this module fills
 # in; a single write's fence is by the job's key (jobs.fence).
 _FENCE = BY_KEY
 _FENCED_UPDATE = query("fenced_update")
 _FENCED_UPDATE_LOGGED = query("fenced_update_logged")
 _FENCED_CLAIM_TIME = fill(query("fenced_claim_time"), fence=_FENCE)
-_TRANSITION_WRITE = query("transition_write")
 _HISTORY_APPEND = query("history_append")
 _ENQUEUE_MANY = query("enqueue_many")
 _ENQUEUE_TAKEN_SQLITE = query("enqueue_taken_sqlite")
@@ -106,35 +92,6 @@ class Recovered:
     key: str
     to_state: str
     reason: str
-
-
-def _json(value) -> str:
-    """An event's detail as JSON text. Details are evidence, not data a
-    caller reads back as typed values: what strict JSON cannot hold (NaN, a
-    datetime, a NUL) is written as readable text instead of failing the write
-    that records what happened."""
-    value = value if value is not None else {}
-    if json_problem(value) is None:
-        return json.dumps(value, sort_keys=True)
-    return json.dumps(_storable(value), sort_keys=True)
-
-
-def _storable(value):
-    """`value` with whatever strict JSON cannot hold turned into text."""
-    if isinstance(value, dict):
-        return {storable_text(k): _storable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_storable(v) for v in value]
-    if value is None or isinstance(value, bool | int) or (isinstance(value, float) and math.isfinite(value)):
-        return value
-    return storable_text(value if isinstance(value, str) else repr(value))
-
-
-def _search_row_rewrite(job: Job, search_text: str) -> None:
-    """The job list's copy of a corrected job's text (jobs.search), in the
-    correction's transaction; a job that had no row gets one."""
-    if not JobSearch.objects.filter(job_id=job.pk).update(search_text=search_text):
-        JobSearch.objects.create(job_id=job.pk, tenant=job.tenant, key=job.key, search_text=search_text)
 
 
 def _is_postgres() -> bool:
@@ -237,7 +194,7 @@ class Store:
                 job.save(force_insert=True)
                 # The job list's search row, once: no state change writes it again.
                 JobSearch.objects.create(job_id=job.id, tenant=tenant, key=key, search_text=job.search_text)
-                self._append_event(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
+                history_append(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
                           detail={**(detail or {}), "action": action})
                 if state == State.READY:
                     notify.job_ready()
@@ -332,7 +289,7 @@ class Store:
         """
         clock = Clock.of(now)
         with transaction.atomic():
-            job = self._locked(tenant, key)
+            job = job_locked(tenant, key)
             at = clock.value()
             if is_eligible(job, at=at):
                 name = "claim"
@@ -345,7 +302,7 @@ class Store:
             # A claim writes no history row (the attempt's row is written
             # when it ends); a takeover writes the row that ends the silent
             # holder's attempt, with that attempt's worker, epoch and claim.
-            self._write(
+            transition_write(
                 job,
                 name,
                 State.LEASED,
@@ -669,108 +626,17 @@ class Store:
         receipt) therefore commit only if the fence still held. Raises
         `Conflict` if it does not hold; yields the job."""
         with transaction.atomic():
-            job = _found(Job.objects.select_for_update().by_key(tenant, key).first(), tenant, key)
+            job = job_found(Job.objects.select_for_update().by_key(tenant, key).first(), tenant, key)
             yield fence_checked(job, worker_id=worker_id, epoch=epoch)
 
-    # ------------------------------------------------------------ decisions from outside the lease
+    # ------------------------------------------------------------ a wait ends
 
     def resume(self, tenant: str, key: str, *, reason: str, actor: str = "", detail: dict | None = None, now=None) -> Job:
         """End a wait (a reply arrived, a timer fired, a reviewer approved):
-        the job is READY at once. Raises `InvalidTransition` unless it waits."""
-        return self._decide_on(tenant, key, "resume", State.READY, reason, actor, detail, now,
-                               extra={"next_attempt_at": None})
-
-    def retry(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """An operator sends a job that needs attention (or review) back to
-        work with a fresh attempt budget."""
-        return self._decide_on(tenant, key, "retry", State.READY, reason, actor, detail, now,
-                               extra={"next_attempt_at": None, "attempts": 0, "first_attempt_at": None,
-                                      "recoveries": 0})
-
-    def approve(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """A reviewer approves a job waiting for review: READY at once."""
-        return self._decide_on(tenant, key, "approve", State.READY, reason, actor, detail, now,
-                               extra={"next_attempt_at": None})
-
-    def correct(self, tenant: str, key: str, *, payload: dict, reason: str, actor: str, detail: dict | None = None,
-                now=None) -> Job:
-        """A reviewer approves a job waiting for review with a corrected
-        `payload` (the caller records before → after in `detail`)."""
-        return self._decide_on(tenant, key, "correct", State.READY, reason, actor, detail, now,
-                               extra={"next_attempt_at": None, "payload": payload, "last_error": ""})
-
-    def reject(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """A reviewer rejects a job waiting for review: closed (CANCELLED)."""
-        return self._decide_on(tenant, key, "reject", State.CANCELLED, reason, actor, detail, now, finished=True)
-
-    def resolve(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """An operator marks the obligation fulfilled, with evidence in
-        `detail` (e.g. "the provider shows it was sent")."""
-        return self._decide_on(tenant, key, "resolve", State.DONE, reason, actor, detail, now, finished=True)
-
-    def cancel(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """Cancel a job that is not running (terminal, not a success)."""
-        return self._decide_on(tenant, key, "cancel", State.CANCELLED, reason, actor, detail, now, finished=True)
-
-    def escalate(self, tenant: str, key: str, *, reason: str, actor: str, detail: dict | None = None, now=None) -> Job:
-        """Send a job that is not running to an operator (NEEDS_ATTENTION)."""
-        return self._decide_on(tenant, key, "escalate", State.NEEDS_ATTENTION, reason, actor, detail, now)
-
-    def _decide_on(self, tenant, key, name, target, reason, actor, detail, now, *, extra=None, finished=False) -> Job:
-        clock = Clock.of(now)
-        with transaction.atomic():
-            job = self._locked(tenant, key)
-            transition(name, job.state, target)
-            changes = {"wait_reason": "", "wake_at": None, **(extra or {})}
-            if "payload" in changes:
-                # A corrected payload is found by its new values too (and
-                # still by the old ones, which its history shows).
-                job.payload = changes["payload"]
-                lines = dict.fromkeys([*job.search_text.split("\n"), *search_text_for(job).split("\n")])
-                changes["search_text"] = "\n".join(line for line in lines if line)
-                _search_row_rewrite(job, changes["search_text"])
-            if finished:
-                changes["finished_at"] = clock.plus(0)
-            self._write(job, name, target, clock, changes, actor=actor, reason=reason, detail=detail)
-        if target == State.READY:
-            notify.job_ready()
-        return Job.objects.get(pk=job.pk)
-
-    def note(self, tenant: str, key: str, *, kind: str, reason: str, actor: str, state: str,
-             detail: dict | None = None, payload: dict | None = None, now=None) -> Job:
-        """Record what happened to a job that stays in `state` — a first of
-        two approvals, a correction awaiting the second, an overdue review, an
-        operator moving a timer — as a history row (`kind`, from = to =
-        `state`), and with `payload` replace its payload. No transition: the
-        state machine is not involved, and a job no longer in `state` raises
-        `Conflict` with nothing written."""
-        clock = Clock.of(now)
-        with transaction.atomic():
-            job = self._locked(tenant, key)
-            if job.state != state:
-                raise Conflict(f"{tenant}/{key} is {job.state}, not {state}; nothing was recorded")
-            if payload is not None:
-                checked = job_validate(tenant=tenant, key=key, action=job.action, payload=payload,
-                                       priority=job.priority, run_at=None, max_attempts=job.max_attempts,
-                                       default_max_attempts=job.max_attempts)
-                Job.objects.filter(pk=job.pk).update(payload=checked.payload)
-            self._append_event(job.id, kind, job.state, job.state, clock, epoch=job.lease_epoch, actor=actor,
-                               reason=storable_text(reason), detail=detail)
-        return Job.objects.get(pk=job.pk)
-
-    def assign(self, job_id: int, *, assignee_id: int | None, actor: str, reason: str, detail: dict | None = None,
-               now=None) -> Job:
-        """Set (or clear, with None) who took the job in its queue — not a
-        transition: the state and `updated_at` (the queue's order) stay,
-        and the history row says who assigned whom. The caller has checked
-        who may and holds the row's lock in its transaction."""
-        clock = Clock.of(now)
-        with transaction.atomic():
-            job = Job.objects.select_for_update().get(pk=job_id)
-            Job.objects.filter(pk=job.pk).update(assignee_id=assignee_id)
-            self._append_event(job.id, "assign" if assignee_id else "unassign", job.state, job.state, clock,
-                               epoch=job.lease_epoch, actor=actor, reason=reason, detail=detail)
-        return Job.objects.get(pk=job.pk)
+        the job is READY at once. Raises `InvalidTransition` unless it waits.
+        (The decisions people take on a job are `jobs.interventions`.)"""
+        return decide_on(tenant=tenant, key=key, name="resume", target=State.READY, reason=reason, actor=actor,
+                         detail=detail, now=now, extra={"next_attempt_at": None})
 
     # ------------------------------------------------------------ recovery
 
@@ -798,7 +664,7 @@ class Store:
                     policy=retry_policy(job.action),
                     retry_after=0.0,
                 )
-                self._write(
+                transition_write(
                     job,
                     "recover",
                     decision.target,
@@ -823,7 +689,7 @@ class Store:
             if _is_postgres():
                 due = due.select_for_update(skip_locked=True)
             for job in due[:limit]:
-                self._write(
+                transition_write(
                     job, "resume", State.READY, Clock(at),
                     {"wait_reason": "", "wake_at": None, "next_attempt_at": None},
                     actor=actor, reason=f"wait ended at its wake-up time ({job.wait_reason})",
@@ -835,17 +701,9 @@ class Store:
 
     # ------------------------------------------------------------ internals
 
-    def _locked(self, tenant: str, key: str) -> Job:
-        """The job, row-locked for the rest of the transaction (SQLite: the
-        immediate transaction already holds the database's write lock)."""
-        try:
-            return Job.objects.select_for_update().by_key(tenant, key).get()
-        except Job.DoesNotExist:
-            raise JobNotFound(f"no job {tenant}/{key}") from None
-
     def _holder(self, tenant: str, key: str, worker_id: str, epoch: int) -> Job:
         """The job as held under this fence, or `Conflict`."""
-        return fence_checked(_found(Job.objects.by_key(tenant, key).first(), tenant, key), worker_id=worker_id,
+        return fence_checked(job_found(Job.objects.by_key(tenant, key).first(), tenant, key), worker_id=worker_id,
                              epoch=epoch)
 
     def _fenced(self, name, tenant, key, worker_id, epoch, target, clock, changes, *, reason="", detail=None, log=True):
@@ -865,7 +723,7 @@ class Store:
         if target != State.LEASED:
             sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
         for column, value in changes.items():
-            expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
+            expr, values = value if isinstance(value, tuple) else ("%s", [db_value(value)])
             sets.append(f"{column} = {expr}")
             params += values
         fence = [tenant, key, epoch, worker_id]
@@ -873,9 +731,9 @@ class Store:
         params += fence
         # The worker writes about its own attempt: named once, in worker_id
         # (`JobEvent.by`).
-        event = [name, State.LEASED, str(target), worker_id, "", storable_text(reason), _json(detail)]
+        event = [name, State.LEASED, str(target), worker_id, "", storable_text(reason), detail_json(detail)]
         # Into review: the deadline hooks write in the same transaction.
-        into_review = target == State.WAITING_REVIEW and _review_hooks
+        into_review = target == State.WAITING_REVIEW and review_hooked()
         atomic = transaction.atomic() if into_review else _atomic_unless_postgres()
         with atomic, connection.cursor() as cursor:
             if _is_postgres() and log:
@@ -898,50 +756,10 @@ class Store:
                          claimed[0] if claimed else None],
                     )
             if rows and into_review:
-                _review_changed(rows[0][0], State.LEASED, target, clock)
+                review_changed(rows[0][0], State.LEASED, target, clock)
         if not written:
-            job = _found(Job.objects.by_key(tenant, key).first(), tenant, key)
+            job = job_found(Job.objects.by_key(tenant, key).first(), tenant, key)
             raise fence_conflict(job, worker_id=worker_id, epoch=epoch)
-
-    def _write(self, job: Job, name, target, clock, changes, *, actor="", reason="", detail=None,
-               log=True) -> None:
-        """Apply a checked transition to a row locked by the caller, and
-        append its history row (unless `log` is false: a claim's row is
-        written when its attempt ends). A transition out of LEASED ends the
-        attempt: its row carries that attempt's worker, epoch and claim."""
-        now_sql, now_params = clock.sql()
-        sets, params = ["state = %s", f"updated_at = {now_sql}"], [str(target), *now_params]
-        for column, value in changes.items():
-            expr, values = value if isinstance(value, tuple) else ("%s", [_db_value(value)])
-            sets.append(f"{column} = {expr}")
-            params += values
-        with connection.cursor() as cursor:
-            # (The state in WHERE: writes.sql, transition_write.)
-            cursor.execute(fill(_TRANSITION_WRITE, sets=", ".join(sets)), [*params, job.id, job.state, job.lease_epoch])
-            if cursor.rowcount != 1:
-                raise Conflict(f"{job.tenant}/{job.key} changed while it was being updated")
-        if not log:
-            return
-        # The row names the job's epoch and worker as they were: out of
-        # LEASED, those of the attempt it ends (with its claim).
-        ends_attempt = job.state == State.LEASED
-        self._append_event(job.id, name, job.state, target, clock, epoch=job.lease_epoch, worker_id=job.worker_id,
-                           actor=actor, reason=reason, detail=detail,
-                           claimed_at=job.claimed_at if ends_attempt else None)
-
-    def _append_event(self, job_id, kind, from_state, to_state, clock: Clock, *, epoch=0, worker_id="",
-                      actor="", reason="", detail=None, claimed_at=None) -> None:
-        """Append the job's history row (a JobEvent) for one transition, in
-        the caller's transaction."""
-        now_sql, now_params = clock.sql()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                fill(_HISTORY_APPEND, now=now_sql),
-                [job_id, kind, str(from_state), str(to_state), epoch, worker_id, storable_text(actor),
-                 storable_text(reason), _json(detail),
-                 *now_params, _db_value(claimed_at)],
-            )
-        _review_changed(job_id, from_state, to_state, clock)
 
 
 def _finishes(done: list[tuple[Job, Any]]) -> "claim_sql.Finishes":
@@ -954,20 +772,3 @@ def _finishes(done: list[tuple[Job, Any]]) -> "claim_sql.Finishes":
         tenants=[job.tenant for job, _ in done],
         results=[strict_json(result, field="result") if result is not None else None for _, result in done],
     )
-
-
-def _found(job: Job | None, tenant: str, key: str) -> Job:
-    """`job`, or `JobNotFound` for `tenant`/`key` when there is none."""
-    if job is None:
-        raise JobNotFound(f"no job {tenant}/{key}")
-    return job
-
-
-def _db_value(value):
-    if isinstance(value, datetime):
-        return adapt(value)
-    if isinstance(value, dict):
-        return _json(value)
-    if isinstance(value, str):
-        return storable_text(value)
-    return value

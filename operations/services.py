@@ -12,7 +12,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.store import Store
+from jobs import interventions
 
 from .errors import OperationStateError
 from .models import IN_DOUBT, ConnectorPause, Operation, OperationState, Receipt, ReceiptHow
@@ -36,8 +36,8 @@ def operation_resolve_by_human(
 
     Records a `human` receipt (who, why, what they looked at), moves the
     operation to ACCEPTED and decides the job, all in one transaction: by
-    default the job is resolved (DONE, via `Store.resolve`) — the operation was
-    its point; with `continue_job` it is sent back to work (`Store.retry`) and
+    default the job is resolved (DONE, `interventions.job_resolve`) — the operation was
+    its point; with `continue_job` it is sent back to work (`interventions.job_retry`) and
     its handler carries on past this step, finding the receipt without any I/O.
 
     Raises `OperationStateError` when the operation already has a receipt or
@@ -55,8 +55,8 @@ def operation_resolve_by_human(
         job = operation.job
         detail = {"operation": str(operation.id), "provider_reference": provider_reference}
         # The job's transition first: it locks the job and refuses if a worker holds it.
-        decide = Store().retry if continue_job else Store().resolve
-        decide(job.tenant, job.key, reason=f"{reason} (receipt recorded by hand for operation {operation.id})",
+        decide = interventions.job_retry if continue_job else interventions.job_resolve
+        decide(tenant=job.tenant, key=job.key, reason=f"{reason} (receipt recorded by hand for operation {operation.id})",
                actor=actor, detail=detail)
         receipt = Receipt.objects.create(
             operation=operation, provider_reference=provider_reference,
@@ -72,9 +72,9 @@ def operation_confirm_not_accepted(*, operation: Operation, actor: str, reason: 
                                    cancel_job: bool = False):
     """A person confirms the provider does not hold an in-doubt operation
     (INTENDED, UNKNOWN or NEEDS_INVESTIGATION): it becomes FAILED — safe to
-    send again — and its job goes back to work (`Store.retry`), where the next
+    send again — and its job goes back to work (`interventions.job_retry`), where the next
     attempt sends it under the same operation id; with `cancel_job` the job
-    is cancelled instead (`Store.cancel`): nothing is sent, and neither the
+    is cancelled instead (`interventions.job_cancel`): nothing is sent, and neither the
     operation nor the job is left undecided.
 
     Raises `OperationStateError` for an operation not in doubt or an empty
@@ -90,8 +90,8 @@ def operation_confirm_not_accepted(*, operation: Operation, actor: str, reason: 
                 f"operation {operation.id} is {operation.state}, not in doubt; nothing to confirm"
             )
         job = operation.job
-        decide = Store().cancel if cancel_job else Store().retry
-        decide(job.tenant, job.key, reason=f"{reason} (operation {operation.id} confirmed not sent)",
+        decide = interventions.job_cancel if cancel_job else interventions.job_retry
+        decide(tenant=job.tenant, key=job.key, reason=f"{reason} (operation {operation.id} confirmed not sent)",
                actor=actor, detail={"operation": str(operation.id)})
         _human_change(operation, "human_not_accepted", S.FAILED, actor=actor, reason=reason,
                       detail={"evidence": evidence or {}}, last_error=f"confirmed not sent by {actor}: {reason}")

@@ -13,6 +13,6 @@ class ReviewConfig(AppConfig):
 
     def ready(self):
         # Review deadlines plan and end with every move into and out of
-        # review (the Store's `on_review_change`); their escalation action
+        # review (`jobs.transitions.on_review_change`); their escalation action
         # is registered with the others.
         from . import due, escalation  # noqa: F401

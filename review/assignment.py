@@ -12,10 +12,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from durable.numbers import NumberRefused, whole_number
-from jobs import access
+from jobs import access, interventions
 from jobs.access import OPERATOR, DecisionRefused, decision_logged
 from jobs.models import Job
-from jobs.store import Store
 
 __all__ = ["job_assign", "job_unassign", "may_assign_others", "assignable_users", "may_decide_in_queue",
            "jobs_assigned"]
@@ -90,7 +89,7 @@ def job_assign(*, job_id: int, user, assignee_id: int | None = None, note: str =
         if job.assignee_id == assignee.pk:
             raise DecisionRefused(f"already assigned to {assignee.get_username()}")
         before = job.assignee.get_username() if job.assignee_id else ""
-        changed = Store().assign(job.pk, assignee_id=assignee.pk, actor=user.get_username(),
+        changed = interventions.job_assign(job_id=job.pk, assignee_id=assignee.pk, actor=user.get_username(),
                                  reason=note or f"assigned to {assignee.get_username()}",
                                  detail={"assignee": assignee.get_username(), "before": before})
         decision_logged(user=user, obj=changed, message=f"Assigned to {assignee.get_username()}"
@@ -108,7 +107,7 @@ def job_unassign(*, job_id: int, user, note: str = "") -> Job:
         if job.assignee_id != user.pk and not may_assign_others(user, job):
             raise DecisionRefused("only its assignee or an operator of the tenant releases an item")
         before = job.assignee.get_username()
-        changed = Store().assign(job.pk, assignee_id=None, actor=user.get_username(),
+        changed = interventions.job_assign(job_id=job.pk, assignee_id=None, actor=user.get_username(),
                                  reason=note or f"released (was {before})", detail={"before": before})
         decision_logged(user=user, obj=changed, message=f"Released (was {before})")
     return changed

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from durable.numbers import NumberRefused, whole_number
-from jobs import access
+from jobs import access, interventions
 from jobs.access import DecisionRefused, decision_logged
 from jobs.actions import action_spec
 from jobs.clock import db_now
@@ -32,7 +32,7 @@ from jobs.models import Job, JobEvent, ReviewDeadline, Timer
 from jobs.payloads import PayloadInvalid, correction_form_class, payload_validate
 from jobs.selectors import newest_event
 from jobs.states import State
-from jobs.store import Conflict, Store
+from jobs.store import Conflict
 from jobs.timers import timer_cancel_for_job
 
 from .due import SUBJECT as REVIEW_SUBJECT
@@ -233,9 +233,9 @@ def job_approve(*, job_id: int, user, note: str, seen_event: int | None, batch: 
         required, earlier = _approval_stage(job, user)
         detail = {**_detail("approve", batch), **_approvals_detail(earlier, actor, required)}
         if len(earlier) + 1 < required:
-            return Store().note(job.tenant, job.key, kind="approval", state=State.WAITING_REVIEW, reason=note,
+            return interventions.job_note(tenant=job.tenant, key=job.key, kind="approval", state=State.WAITING_REVIEW, reason=note,
                                 actor=actor, detail={**detail, "approval": len(earlier) + 1})
-        return Store().approve(job.tenant, job.key, reason=note, actor=actor, detail=detail)
+        return interventions.job_approve(tenant=job.tenant, key=job.key, reason=note, actor=actor, detail=detail)
 
     return _decide("approve", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
 
@@ -254,13 +254,13 @@ def job_reject_by_policy(*, job_id: int, round: int, due=None) -> dict:
         overdue = f"{deadline.overdue_at:%Y-%m-%d %H:%M:%S %Z}" if deadline.overdue_at else "its due time"
         reason = guard_refusal("reject", job)
         if reason:
-            Store().note(job.tenant, job.key, kind="policy_reject_held", state=State.WAITING_REVIEW,
+            interventions.job_note(tenant=job.tenant, key=job.key, kind="policy_reject_held", state=State.WAITING_REVIEW,
                          actor=POLICY_ACTOR, reason=f"not rejected by the review policy: {reason}",
                          detail={"round": round})
             return {"held": reason}
         terms = review_terms(job)
-        changed = Store().reject(
-            job.tenant, job.key, actor=POLICY_ACTOR,
+        changed = interventions.job_reject(
+            tenant=job.tenant, key=job.key, actor=POLICY_ACTOR,
             reason=f"rejected by the review policy: not decided in time (overdue since {overdue})",
             detail={"decision": "reject", "policy": terms.source, "round": round,
                     "overdue_at": deadline.overdue_at.isoformat() if deadline.overdue_at else None})
@@ -272,7 +272,7 @@ def job_reject(*, job_id: int, user, note: str, seen_event: int | None, batch: i
     as its reason (refused by a registered guard while an external call of
     the job is in doubt). Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("reject", job_id=job_id, user=user, note=note, seen_event=seen_event,
-                   run=lambda job, actor, note: Store().reject(job.tenant, job.key, reason=note, actor=actor,
+                   run=lambda job, actor, note: interventions.job_reject(tenant=job.tenant, key=job.key, reason=note, actor=actor,
                                                                detail=_detail("reject", batch)))
 
 
@@ -334,14 +334,14 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
         if len(earlier) + 1 < required:
             # The first of two approvals, edited: the corrected payload waits
             # for the second; the clock goes on unless the policy restarts it.
-            changed = Store().note(job.tenant, job.key, kind="correction", state=State.WAITING_REVIEW,
+            changed = interventions.job_note(tenant=job.tenant, key=job.key, kind="correction", state=State.WAITING_REVIEW,
                                    reason=note, actor=actor, payload=payload,
                                    detail={**detail, "approval": len(earlier) + 1})
             if review_terms(job).reset_on_correction:
                 review_clock_start(job=changed, at=changed.events.order_by("-id").first().created_at,
                                    reason="corrected")
             return changed
-        return Store().correct(job.tenant, job.key, payload=payload, reason=note, actor=actor, detail=detail)
+        return interventions.job_correct(tenant=job.tenant, key=job.key, payload=payload, reason=note, actor=actor, detail=detail)
 
     return _decide("correct", job_id=job_id, user=user, note=note, seen_event=seen_event, run=run)
 
@@ -350,7 +350,7 @@ def job_retry(*, job_id: int, user, note: str, seen_event: int | None, batch: in
     """An operator sends a job that needs attention back to work now, with a
     fresh attempt budget. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("retry", job_id=job_id, user=user, note=note, seen_event=seen_event,
-                   run=lambda job, actor, note: Store().retry(job.tenant, job.key, reason=note, actor=actor,
+                   run=lambda job, actor, note: interventions.job_retry(tenant=job.tenant, key=job.key, reason=note, actor=actor,
                                                               detail=_detail("retry", batch)))
 
 
@@ -363,7 +363,7 @@ def job_resolve(*, job_id: int, user, note: str, seen_event: int | None, evidenc
     `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)
     return _decide("resolve", job_id=job_id, user=user, note=note, seen_event=seen_event,
-                   run=lambda job, actor, note: Store().resolve(job.tenant, job.key, reason=note, actor=actor,
+                   run=lambda job, actor, note: interventions.job_resolve(tenant=job.tenant, key=job.key, reason=note, actor=actor,
                                                                 detail={"decision": "resolve",
                                                                         "evidence": evidence}))
 
@@ -374,7 +374,7 @@ def job_cancel(*, job_id: int, user, note: str, seen_event: int | None, batch: i
     is in doubt, as resolving is: the decision on the call can cancel the
     job too. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     return _decide("cancel", job_id=job_id, user=user, note=note, seen_event=seen_event,
-                   run=lambda job, actor, note: Store().cancel(job.tenant, job.key, reason=note, actor=actor,
+                   run=lambda job, actor, note: interventions.job_cancel(tenant=job.tenant, key=job.key, reason=note, actor=actor,
                                                                detail=_detail("cancel", batch)))
 
 
@@ -408,7 +408,7 @@ def _move_timer(decision: str, *, job_id: int, timer_id: int, user, note: str, s
         timer.scheduled_for = scheduled_for or db_now()
         timer.save(update_fields=["scheduled_for"])
         try:
-            return Store().note(job.tenant, job.key, kind=kind, state=job.state, actor=actor, reason=note,
+            return interventions.job_note(tenant=job.tenant, key=job.key, kind=kind, state=job.state, actor=actor, reason=note,
                                 detail={"timer": timer.pk, "reason": timer.reason, "before": before.isoformat(),
                                         "after": timer.scheduled_for.isoformat()})
         except Conflict as exc:
@@ -448,7 +448,7 @@ def job_cancel_wait(*, job_id: int, user, note: str, seen_event: int | None) -> 
         reason = guard_refusal("cancel", job)
         if reason:
             raise DecisionRefused(reason)
-        changed = Store().cancel(job.tenant, job.key, reason=note, actor=actor, detail={"decision": "cancel_wait"})
+        changed = interventions.job_cancel(tenant=job.tenant, key=job.key, reason=note, actor=actor, detail={"decision": "cancel_wait"})
         timer_cancel_for_job(job_id=job.pk, reason=f"the wait was cancelled by {actor}: {note}")
         return changed
 

@@ -3,7 +3,7 @@ and the durable timers that act when it is not decided in time.
 
 Whenever a job enters WAITING_REVIEW (a proposal, a handler's wait, a
 failure sent to review) the Store tells this module in the same transaction
-(`store.on_review_change`): a `ReviewDeadline` row starts a new *round* with
+(`transitions.on_review_change`): a `ReviewDeadline` row starts a new *round* with
 the due time from the policy's `ReviewTerms` (`review.policy`), and an
 engine timer (`jobs.timers`, no sleeping process) is scheduled for it. When
 the job leaves review — any decision, by any path — the row is deleted and
@@ -24,8 +24,8 @@ from django.utils import timezone
 from jobs.models import Job, ReviewDeadline, Timer
 from jobs.selectors import timers_pending_for_subject
 from jobs.states import State
-from jobs.store import on_review_change
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule
+from jobs.transitions import on_review_change
 
 from .policy import review_terms
 

@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from jobs import interventions
 from jobs.actions import action
 from jobs.models import Job, ReviewDeadline
 from jobs.states import State
-from jobs.store import Store
 
 from . import decisions
 from .due import ESCALATE, OVERDUE, REJECT, escalation_timer
@@ -72,7 +72,7 @@ def _mark_overdue(*, job_id: int, round_: int, at: datetime | None):
         if terms.reject_after is not None:
             deadline.reject_at = deadline.overdue_at + timedelta(seconds=terms.reject_after)
         deadline.save(update_fields=["overdue_at", "reject_at"])
-        Store().note(job.tenant, job.key, kind="overdue", state=State.WAITING_REVIEW, actor=POLICY_ACTOR,
+        interventions.job_note(tenant=job.tenant, key=job.key, kind="overdue", state=State.WAITING_REVIEW, actor=POLICY_ACTOR,
                      reason=f"not decided by {deadline.due_at:%Y-%m-%d %H:%M:%S %Z}; the tenant's reviewers are told"
                             + (f"; rejected at {deadline.reject_at:%Y-%m-%d %H:%M:%S %Z} if still undecided"
                                if deadline.reject_at else ""),

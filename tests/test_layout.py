@@ -95,7 +95,7 @@ def test_the_engine_names_no_layer_above_it_even_in_a_string():
 def test_the_review_layer_stays_out_of_the_engine():
     # Decisions, their policy, due times, bulk, assignment, masking and the
     # job admin are the review app's; the engine keeps only the hooks the
-    # review layer registers into (`store.on_review_change`, the action registry).
+    # review layer registers into (`transitions.on_review_change`, the action registry).
     back = sorted(str(path.relative_to(ROOT)) for pattern in REVIEW_LAYER_FILES
                   for path in (ROOT / "jobs").rglob(pattern) if "migrations" not in path.parts)
     job_admins = [f"{path.relative_to(ROOT)}:{node.lineno}" for name, path in MODULES.items()

@@ -19,6 +19,7 @@ from company.services import (
     quote_accept,
     tenant_ensure,
 )
+from jobs import interventions
 from jobs.errors import TransientError
 from jobs.models import Job
 from jobs.outbox import outbox_relay
@@ -129,7 +130,7 @@ def test_a_follow_up_accepted_but_unanswered_is_reported_sent_after_the_quote_wa
     timer_fire_due(now=timezone.now() + timedelta(days=8))
     settle(TENANT)  # the follow-up is proposed and waits for a reviewer
     follow_up = "quote-follow-up-Q-1"
-    Store().approve(TENANT, follow_up, reason="yes, chase them", actor="rita")
+    interventions.job_approve(tenant=TENANT, key=follow_up, reason="yes, chase them", actor="rita")
 
     stalling = start_sim("lookup", stall_after_accept=3, db_name="stalling.sqlite3")
     aim(stalling)

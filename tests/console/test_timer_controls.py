@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.utils import timezone
 
+from jobs import interventions
 from jobs.models import Job, Timer
 from jobs.store import Store
 from jobs.timers import timer_fire_due, timer_schedule
@@ -55,7 +56,7 @@ def test_an_operator_runs_a_timer_now_and_the_next_sweep_fires_it(client, people
 def test_a_timer_control_is_refused_when_the_job_moved_since_the_page(client, people):
     job, timer = waiting_with_timer()
     seen = newest_event(job)
-    Store().note("studio", "wait-1", kind="note", state="WAITING_EXTERNAL", actor="someone", reason="moved")
+    interventions.job_note(tenant="studio", key="wait-1", kind="note", state="WAITING_EXTERNAL", actor="someone", reason="moved")
     client.force_login(people["operator"])
     for url, extra in ((f"/admin/console/jobs/{job.pk}/timers/{timer.pk}/run/", {}),
                        (f"/admin/console/jobs/{job.pk}/timers/{timer.pk}/reschedule/",

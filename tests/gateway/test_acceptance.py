@@ -22,8 +22,8 @@ from gateway.callbacks import DELIVER
 from gateway.models import CallbackEvent
 from gateway.schemas import ProposalIn
 from gateway.services import agent_create, agent_holds_release, agent_pause, agent_unpause, proposal_propose
+from jobs import interventions
 from jobs.models import Job
-from jobs.store import Store
 from operations.models import DispatchHold, Operation, Receipt
 from tests.conftest import ROOT
 from tests.support import lease_expired, wait_for
@@ -70,7 +70,7 @@ def test_a_callback_is_delivered_once_after_its_worker_is_killed_mid_delivery(ma
     url, log = receiver_process("--stall", "10", "--stall-once")
     agent, _ = agent_create(tenant=tenant_ensure(slug="studio"), name="assistant", actor="t", callback_url=url)
     propose(agent, "send-1")
-    Store().reject("studio", "send-1", reason="not now", actor="rita")  # decided + cancelled, nothing to send
+    interventions.job_reject(tenant="studio", key="send-1", reason="not now", actor="rita")  # decided + cancelled, nothing to send
 
     first = run_worker(manage, "w1")
     wait_for(lambda: received(log), timeout=60, what="the receiver to get the first callback")

@@ -11,6 +11,7 @@ from company.models import Proposal
 from company.services import tenant_ensure, tenant_policy_set
 from gateway.models import AgentProposal
 from gateway.services import agent_create, agent_key_issue, agent_key_revoke, agent_pause, agent_unpause
+from jobs import interventions
 from jobs.models import Job, JobEvent
 from jobs.selectors import newest_event
 from operations.limits import action_pause, action_resume
@@ -196,7 +197,7 @@ def test_reading_a_proposal_shows_the_decision_and_the_outcome_with_receipts(api
 
     api.propose("send-1")
     job = Job.objects.get()
-    Store().approve("studio", "send-1", reason="fine", actor="rita")
+    interventions.job_approve(tenant="studio", key="send-1", reason="fine", actor="rita")
     epoch = Store().claim("studio", "send-1", "w1")
     op = OperationFactory(job=job, provider="sim-idempotent", state="ACCEPTED")
     ReceiptFactory(operation=op, provider_reference="msg-42", how="direct")
@@ -214,9 +215,7 @@ def test_the_agents_proposals_are_listed_newest_first_with_a_cursor_and_a_state_
     monkeypatch.setattr(services, "PAGE_SIZE", 2)
     for n in range(5):
         api.propose(f"send-{n}")
-    from jobs.store import Store
-
-    Store().reject("studio", "send-3", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-3", reason="no", actor="rita")
     first = api.get("/proposals").json()
     assert [p["key"] for p in first["items"]] == ["send-4", "send-3"] and first["next"]
     second = api.get("/proposals", cursor=first["next"]).json()

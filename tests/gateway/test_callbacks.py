@@ -13,9 +13,9 @@ from gateway.callbacks import DELIVER, callback_sweep
 from gateway.models import Agent, CallbackEvent
 from gateway.schemas import ProposalIn
 from gateway.services import agent_create, proposal_propose
+from jobs import interventions
 from jobs.inbound import signature_for
 from jobs.models import Job
-from jobs.store import Store
 from jobs.worker import Worker, WorkerConfig
 from operations.models import Operation, Receipt
 
@@ -76,7 +76,7 @@ def test_a_decision_and_the_outcome_reach_the_agent_signed_each_once(development
     hook = receiver()
     agent = make_agent(hook.url)
     propose(agent)
-    Store().approve("studio", "send-1", reason="looks right", actor="rita")
+    interventions.job_approve(tenant="studio", key="send-1", reason="looks right", actor="rita")
     # Two sweeps while the approved job still waits for a worker: the second
     # reads nothing new, so the decision is one event (not left to whether a
     # worker finishes the job before its first sweep).
@@ -109,7 +109,7 @@ def test_a_decision_and_the_outcome_reach_the_agent_signed_each_once(development
 def test_a_rejection_is_decided_then_cancelled(development, receiver):
     hook = receiver()
     propose(make_agent(hook.url))
-    Store().reject("studio", "send-1", reason="not this customer", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-1", reason="not this customer", actor="rita")
     settle()
     bodies = [json.loads(r["body"]) for r in hook.received()]
     assert [b["type"] for b in bodies] == ["proposal.decided", "proposal.cancelled"]
@@ -120,7 +120,7 @@ def test_a_rejection_is_decided_then_cancelled(development, receiver):
 def test_an_agent_without_a_callback_url_gets_no_events(development):
     agent, _ = agent_create(tenant=tenant_ensure(slug="studio"), name="quiet", actor="t")
     propose(agent)
-    Store().reject("studio", "send-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-1", reason="no", actor="rita")
     settle()
     assert not CallbackEvent.objects.exists() and not Job.objects.filter(action=DELIVER).exists()
 
@@ -130,8 +130,8 @@ def test_a_failing_receiver_is_retried_later_and_holds_back_nothing_else(develop
     failing, working = receiver(**fault), receiver()
     propose(make_agent(failing.url, name="broken"), key="a-1")
     propose(make_agent(working.url, name="fine"), key="b-1")
-    Store().reject("studio", "a-1", reason="no", actor="rita")
-    Store().reject("studio", "b-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="a-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="b-1", reason="no", actor="rita")
     settle()
     assert [json.loads(r["body"])["type"] for r in working.received()] == ["proposal.decided", "proposal.cancelled"]
     stuck = Job.objects.filter(action=DELIVER, payload__agent=Agent.objects.get(name="broken").pk)
@@ -143,7 +143,7 @@ def test_a_failing_receiver_is_retried_later_and_holds_back_nothing_else(develop
 def test_a_redirect_is_not_followed_and_goes_to_an_operator(development, receiver):
     hook = receiver(status=302)
     propose(make_agent(hook.url))
-    Store().reject("studio", "send-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-1", reason="no", actor="rita")
     settle()
     assert len(hook.received()) == 2  # one request per event: the redirect was not followed
     delivery = Job.objects.filter(action=DELIVER).first()
@@ -157,7 +157,7 @@ def test_a_callback_address_is_checked_when_delivering_not_only_when_saved(devel
     # Saved while development allowed it; the name now resolves to loopback.
     development.GATEWAY_CALLBACK_ALLOW_PRIVATE = False
     Agent.objects.filter(pk=agent.pk).update(callback_url=hook.url.replace("127.0.0.1", "localhost"))
-    Store().reject("studio", "send-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-1", reason="no", actor="rita")
     settle()
     assert hook.received() == []
     refused = Job.objects.filter(action=DELIVER)
@@ -168,7 +168,7 @@ def test_a_callback_address_is_checked_when_delivering_not_only_when_saved(devel
 def test_the_proposals_evidence_timeline_shows_its_callbacks(development, receiver, client):
     hook = receiver()
     propose(make_agent(hook.url))
-    Store().reject("studio", "send-1", reason="no", actor="rita")
+    interventions.job_reject(tenant="studio", key="send-1", reason="no", actor="rita")
     settle()
     ensure_roles()
     operator = MembershipFactory(user__username="otto", user__groups=[Group.objects.get(name="operators")],

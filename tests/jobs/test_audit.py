@@ -7,6 +7,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from jobs import interventions
 from jobs.audit import consistency_audit
 from jobs.models import Job
 from operations.models import Operation, OperationState
@@ -84,7 +85,7 @@ def test_retrying_an_audit_item_rechecks_its_condition(store):
     handler = get_action("jobs.audit_finding").handler
 
     def attempt():
-        store.retry("studio", key, reason="looked at it", actor="op")
+        interventions.job_retry(tenant="studio", key=key, reason="looked at it", actor="op")
         store.claim("studio", key, "w1")
         return handler(JobContext(job=Job.objects.get(key=key), worker_id="w1", store=store))
 

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from jobs import interventions
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from jobs.retention import retention_sweep, rows_after
 from jobs.selectors import FINISHED
@@ -30,7 +31,7 @@ def finished(store, key, *, days_ago, state="DONE", payload=None, tenant="studio
     at = time.time() - days_ago * DAY
     store.enqueue(tenant, key, payload=payload or {"body": f"secret of {key}"}, now=at)
     if state == "CANCELLED":
-        store.cancel(tenant, key, reason="no longer wanted", actor="op", now=at)
+        interventions.job_cancel(tenant=tenant, key=key, reason="no longer wanted", actor="op", now=at)
     else:
         epoch = store.claim(tenant, key, "w1", now=at)
         store.finish(tenant, key, "w1", epoch, result={"ok": True}, now=at)
@@ -55,7 +56,7 @@ def test_retention_deletes_only_finished_work_past_the_cutoff_in_batches_and_kee
     # Unfinished work, however old.
     store.enqueue("studio", "old-ready", now=time.time() - 90 * DAY)
     store.enqueue("studio", "old-attention", now=time.time() - 90 * DAY)
-    store.escalate("studio", "old-attention", reason="stuck", actor="op", now=time.time() - 90 * DAY)
+    interventions.job_escalate(tenant="studio", key="old-attention", reason="stuck", actor="op", now=time.time() - 90 * DAY)
     waiting = store.enqueue("studio", "old-waiting", now=time.time() - 90 * DAY)
     epoch = store.claim("studio", "old-waiting", "w1", now=time.time() - 90 * DAY)
     store.wait("studio", "old-waiting", "w1", epoch, reason="customer reply", now=time.time() - 90 * DAY)

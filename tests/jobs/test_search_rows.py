@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from jobs import interventions
 from jobs.actions import action
 from jobs.models import Job, JobSearch
 from jobs.retention import retention_sweep
@@ -101,7 +102,7 @@ def test_the_job_lists_page_finds_a_running_job_by_its_text_and_by_the_start_of_
 
 def test_a_corrected_job_is_found_by_its_new_text_and_still_by_the_old(store):
     store.enqueue_once("studio", "email-1", action="connectors.send_email", payload=EMAIL, review="check the address")
-    store.correct("studio", "email-1", payload={**EMAIL, "to": "yann@example.net"}, reason="typo", actor="rita")
+    interventions.job_correct(tenant="studio", key="email-1", payload={**EMAIL, "to": "yann@example.net"}, reason="typo", actor="rita")
     assert found("yann@example.net") == ["email-1"] and found("zoe@example.org") == ["email-1"]
     store.claim("studio", "email-1", "w1")  # READY, then LEASED: out of the queues' index, still found
     assert found("yann@example.net") == ["email-1"]

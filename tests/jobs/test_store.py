@@ -2,6 +2,7 @@
 
 import pytest
 
+from jobs import interventions
 from jobs.clock import to_datetime as at
 from jobs.errors import Conflict, InvalidTransition, JobNotFound
 from jobs.models import Job, JobEvent, JobSearch
@@ -283,12 +284,12 @@ def test_operator_retry_resolve_and_cancel(store):
     store.enqueue("studio", "q-1", max_attempts=1)
     epoch = store.claim("studio", "q-1", "w", now=100)
     store.fail("studio", "q-1", "w", epoch, error="auth", failure="auth", now=101)
-    store.retry("studio", "q-1", reason="key rotated", actor="ops@example.com")
+    interventions.job_retry(tenant="studio", key="q-1", reason="key rotated", actor="ops@example.com")
     job = Job.objects.get(key="q-1")
     assert (job.state, job.attempts) == ("READY", 0)
-    store.cancel("studio", "q-1", reason="customer withdrew", actor="ops@example.com")
+    interventions.job_cancel(tenant="studio", key="q-1", reason="customer withdrew", actor="ops@example.com")
     with pytest.raises(InvalidTransition):
-        store.resolve("studio", "q-1", reason="late", actor="ops@example.com")
+        interventions.job_resolve(tenant="studio", key="q-1", reason="late", actor="ops@example.com")
     events = list(Job.objects.get(key="q-1").events.values_list("kind", "actor"))
     assert events[-2:] == [("retry", "ops@example.com"), ("cancel", "ops@example.com")]
 

@@ -8,6 +8,7 @@ from datetime import date, datetime, timedelta
 import pytest
 from django.db import connections
 
+from jobs import interventions
 from jobs.inbound import inbound_event_receive, signature_for
 from jobs.models import InboundEvent, Job, JobEvent, Timer
 from jobs.timers import TimerError, timer_fire_due, timer_schedule
@@ -187,7 +188,7 @@ def test_the_first_timer_of_a_wait_cancels_its_other_timers(store):
 
 def test_a_timer_of_a_finished_job_is_cancelled(store):
     _, job, timer = waiting_for_reply_or_reminder(store)
-    store.cancel("studio", job.key, reason="customer withdrew", actor="ops")
+    interventions.job_cancel(tenant="studio", key=job.key, reason="customer withdrew", actor="ops")
     assert timer_fire_due(now=at(REMIND_AT)) == 1
     timer.refresh_from_db()
     assert (timer.state, timer.outcome["reason"]) == ("CANCELLED", "the job is CANCELLED")

@@ -9,6 +9,7 @@ from django.utils import timezone
 from connectors.base import Capabilities, Connector
 from connectors.email_http import HttpEmailConnector
 from connectors.registry import build_http_connector, connector_registered
+from jobs import interventions
 from jobs.actions import JobContext
 from jobs.errors import AuthError, Conflict, NeedsAttention, PermanentError, TransientError
 from jobs.models import Job
@@ -180,7 +181,7 @@ def test_bare_provider_timeout_needs_investigation_and_is_never_resent(store, st
     assert "neither lookup nor idempotency keys" in job().last_error
     assert str(op.id) in job().last_error
 
-    store.retry("studio", "send-quote-017", reason="try again", actor="ops")
+    interventions.job_retry(tenant="studio", key="send-quote-017", reason="try again", actor="ops")
     again = attempt(store)
 
     assert isinstance(again, NeedsAttention)
@@ -240,7 +241,7 @@ def test_401_pauses_the_connector_for_that_tenant_and_provider_until_an_operator
     connector_pause_clear(tenant="studio", provider="sim-idempotent", actor="ops", reason="key rotated")
     healthy = start_sim("idempotent", db_name="healthy.sqlite3")
     provider(healthy)
-    store.retry("studio", "q-2", reason="credentials fixed", actor="ops")
+    interventions.job_retry(tenant="studio", key="q-2", reason="credentials fixed", actor="ops")
     attempt(store, key="q-2")
 
     assert job(key="q-2").state == "DONE"

@@ -2,6 +2,7 @@
 
 import pytest
 
+from jobs import interventions
 from jobs.errors import InvalidTransition, NeedsAttention
 from jobs.selectors import newest_event
 from operations.digest import canonical_json, request_digest
@@ -86,7 +87,7 @@ def test_a_human_receipt_with_continue_job_lets_the_handler_finish_without_sendi
 @pytest.mark.django_db
 def test_a_human_cannot_resolve_while_a_worker_holds_the_job(store, in_doubt):
     op = Operation.objects.get()
-    store.retry("studio", "send-quote-017", reason="again", actor="ops")
+    interventions.job_retry(tenant="studio", key="send-quote-017", reason="again", actor="ops")
     store.claim("studio", "send-quote-017", "w9", ttl=60)
 
     with pytest.raises(InvalidTransition):

@@ -74,7 +74,7 @@ from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
 from durable.net import free_port
 from durable.numbers import whole_flag
-from jobs import access
+from jobs import access, interventions
 from jobs.inbound import signature_for
 from jobs.selectors import newest_event
 from jobs.models import InboundEvent, Job, Timer
@@ -351,7 +351,7 @@ class Command(BaseCommand):
             job_reject(job_id=job.pk, user=deciders[0], note=note, seen_event=newest_event(job.pk).id)
             w(f"  {deciders[0].username} rejected it in the console's decision service: \"{note}\"")
         else:
-            Store().reject(slug, job.key, reason=note, actor="demo reviewer")
+            interventions.job_reject(tenant=slug, key=job.key, reason=note, actor="demo reviewer")
             w(f"  rejected (no demo user may decide here): \"{note}\"")
         self._wait(lambda: len(receiver.events) >= 2, "the outside agent's callbacks", timeout=60)
         for event in receiver.events:
