@@ -1,5 +1,5 @@
 """What every admin page's header shows: how many items wait for the
-signed-in user's review (issue 22)."""
+signed-in user's review."""
 
 from jobs import access
 from jobs.models import Job

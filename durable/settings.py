@@ -205,22 +205,23 @@ if DATABASE_POOL_MODE == "transaction":
 elif _postgres and _prepared is not False:
     # Server-side binding lets psycopg prepare statements it runs repeatedly
     # (the claim statements' calls from their first run: `jobs.pooling.sending`),
-    # so PostgreSQL parses and plans them once per connection — a query of
-    # jobs_job took 290 µs to plan (its indexes' predicates), more than it
-    # takes to run. A worker's housekeeping connection prepares none of its
-    # own (`pooling.prepare_nothing_here`). Not behind a transaction-mode
+    # so PostgreSQL parses and plans them once per connection — planning a
+    # query of jobs_job (its indexes' predicates) costs more than running
+    # it. A worker's housekeeping connection prepares none of its own
+    # (`pooling.prepare_nothing_here`). Not behind a transaction-mode
     # pooler: set DATABASE_POOL_MODE=transaction there (a worker that finds
     # itself behind one refuses to run).
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 2})
 DATABASE_PREPARED_STATEMENTS = (DATABASES["default"].get("OPTIONS", {}).get("server_side_binding") is True)
-# PostgreSQL's JIT compiles a plan whose estimated cost passes
-# jit_above_cost before running it: 100-180 ms of CPU for a claim that is a
-# millisecond's work, whose plan's estimate passes that mark under
-# statistics an ANALYZE took while the queue was busy. Directly (or through a
-# session-mode pooler) each connection of the application turns it off when
-# it opens (`jobs.pooling.on_connection_created`); DATABASE_JIT=1 keeps the
-# server's setting. Behind a transaction-mode pooler a session setting would
-# reach other clients: set jit = off on the role or database there.
+# PostgreSQL's JIT compiles a plan whose estimated cost passes jit_above_cost
+# before running it, and compiling a claim that is a millisecond's work costs
+# far more than running it; the claim's plan's estimate passes that mark
+# under statistics an ANALYZE took while the queue was busy. Directly (or
+# through a session-mode pooler) each connection of the application turns it
+# off when it opens (`jobs.pooling.on_connection_created`); DATABASE_JIT=1
+# keeps the server's setting. Behind a transaction-mode pooler a session
+# setting would reach other clients: set jit = off on the role or database
+# there.
 DATABASE_JIT = env.bool("DATABASE_JIT", default=False)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Claims take the write lock up front (BEGIN IMMEDIATE) so two workers
@@ -378,10 +379,10 @@ JOBS_REDACT_AFTER_DAYS = env.int("JOBS_REDACT_AFTER_DAYS", default=7)
 # A sweep's first batch; later ones are sized to take about
 # JOBS_RETENTION_BATCH_SECONDS each (short transactions), and after each the
 # sweep pauses JOBS_RETENTION_PAUSE_RATIO times as long as the batch took, so
-# the workers keep most of the database while it runs (3: about 90 % of
-# their throughput in `manage.py bench_retention`, 1: 64–74 %). A sweep ends when the
-# work runs out or after JOBS_RETENTION_BUDGET_SECONDS (0: no limit; the
-# scheduled sweep also stays under Q_CLUSTER_TIMEOUT).
+# the workers keep most of the database while it runs (a larger ratio
+# leaves them more; `manage.py bench_retention` measures it). A sweep ends
+# when the work runs out or after JOBS_RETENTION_BUDGET_SECONDS (0: no
+# limit; the scheduled sweep also stays under Q_CLUSTER_TIMEOUT).
 JOBS_RETENTION_BATCH = env.int("JOBS_RETENTION_BATCH", default=500)
 JOBS_RETENTION_BATCH_SECONDS = env.float("JOBS_RETENTION_BATCH_SECONDS", default=0.25)
 JOBS_RETENTION_PAUSE_RATIO = env.float("JOBS_RETENTION_PAUSE_RATIO", default=3.0)

@@ -108,8 +108,8 @@ for _decision in [
     # Tenant-level operator decisions on the engine's own events (no job state involved).
     Decision("requeue_outbox", "Requeue outbox event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
     Decision("resolve_inbound", "Resolve inbound event", "jobs.operate_job", frozenset({OPERATOR}), frozenset()),
-    # Operators on a job's waits and timers (issue 22): no transition of
-    # their own except ending an external wait, which is the cancel one.
+    # Operators on a job's waits and timers: no transition of their own
+    # except ending an external wait, which is the cancel one.
     Decision("run_timer", "Run timer now", "jobs.operate_job", frozenset({OPERATOR}), frozenset(WAITING)),
     Decision("reschedule_timer", "Reschedule timer", "jobs.operate_job", frozenset({OPERATOR}), frozenset(WAITING)),
     job_decision("cancel_wait", "Cancel the wait", "jobs.operate_job", OPERATOR, transition="cancel",

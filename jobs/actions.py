@@ -219,7 +219,7 @@ class Wait:
 class Cancellation:
     """`threading.Event`'s `set`, `is_set`, `wait` and `clear`, cheap to
     make: a batch worker makes one per job it claims, and an Event (a
-    condition and its lock) cost a tenth of its CPU. The event behind
+    condition and its lock) is dear to make. The event behind
     `wait` is made only for a handler that waits."""
 
     __slots__ = ("_flag", "_event")

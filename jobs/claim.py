@@ -519,10 +519,10 @@ def _claim_cursor(db):
     """The claim statements' cursor on this thread's connection, kept from
     one claim to the next. A new cursor learns anew how to read each type of
     the row (psycopg caches its loaders per cursor) and takes its own copy of
-    the adapters to read timestamps fast: with a claim's 33 columns, 30 µs
-    of a worker's CPU a claim. A new one is made for a new connection, and
-    while queries are logged (a test's capture, DEBUG) for a logging one.
-    `db`: the thread's connection."""
+    the adapters to read timestamps fast, for every column of every claim.
+    A new one is made for a new connection, and while queries are logged (a
+    test's capture, DEBUG) for a logging one. `db`: the thread's
+    connection."""
     db.ensure_connection()
     made_for, logged, cursor = getattr(db, "_jobs_claim_cursor", (None, None, None))
     if made_for is not db.connection or logged != db.queries_logged:
@@ -543,8 +543,8 @@ _JOB_ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
 
 def _fast_datetimes(cursor) -> None:
     """Let this cursor read timestamps with psycopg's own loader, compiled,
-    instead of Django's, which is pure Python (a fifth of a batch worker's
-    CPU went into it) — where both give the same datetime: PostgreSQL with
+    instead of Django's, which is pure Python and runs for every timestamp
+    of every claimed row — where both give the same datetime: PostgreSQL with
     USE_TZ and the connection in UTC (Django's default), where psycopg's
     loader returns `datetime.timezone.utc` datetimes as Django's does."""
     if connection.vendor == "postgresql" and connection.timezone is datetime.timezone.utc:
@@ -559,7 +559,7 @@ def job_from_row(columns: tuple[str, ...], row) -> Job:
 def jobs_from_rows(columns: tuple[str, ...], rows, db=None) -> list[Job]:
     """Jobs from a claim's returned rows, converted as the ORM would (JSON,
     datetimes on SQLite). `Job.objects.raw` does the same but re-resolves
-    fields and converters for every row — a millisecond on the hot path.
+    fields and converters for every row, on the hot path.
     `db`: the thread's connection, if the caller has it at hand."""
     # The connection itself, not the thread-local proxy, for what follows.
     db = connections[DEFAULT_DB_ALIAS] if db is None else db
@@ -567,9 +567,9 @@ def jobs_from_rows(columns: tuple[str, ...], rows, db=None) -> list[Job]:
     # columns) are touched; the others are taken as psycopg loaded them.
     converted = [(i, convert) for i, convert in enumerate(_converters(db.vendor, columns)) if convert]
     # What `Model.from_db` makes of a full row, without `Model.__init__`
-    # walking every field to set what is already known (a third of a batch
-    # worker's CPU went into building jobs) — unless an init signal has a
-    # receiver: then each job is built the usual way.
+    # walking every field to set what is already known (a batch worker
+    # builds every job it claims) — unless an init signal has a receiver:
+    # then each job is built the usual way.
     plain = columns is JOB_COLUMNS and not (pre_init.has_listeners(Job) or post_init.has_listeners(Job))
     jobs = []
     for row in rows:

@@ -135,8 +135,8 @@ class Job(models.Model):
             # redaction the first. Live rows are in neither. Keyed by the
             # time alone: the sweep's pages read a range of it and sort each
             # instant's few ties by id (`jobs.retention.rows_after`); with
-            # the id in the key every finish wrote an entry 8 bytes longer
-            # (migration 0022).
+            # the id in the key every finish would write an entry 8 bytes
+            # longer (migration 0022).
             models.Index(fields=["finished_at"], name="job_finished_unredacted",
                          condition=models.Q(state__in=["DONE", "CANCELLED"], redacted_at__isnull=True)),
             models.Index(fields=["finished_at"], name="job_finished_redacted",
@@ -214,10 +214,11 @@ class JobEvent(models.Model):
     # lookup, which always names the job and sorts its few rows by id. Not
     # (job, id): a shorter entry, and a job's rows merged into one entry
     # when a page fills, so a finish's row, inserted next to its job's
-    # creation row in a page the enqueue filled, splits pages a third as
-    # often (migration 0021). On PostgreSQL the table has no primary key
+    # creation row in a page the enqueue filled, splits pages less often
+    # (migration 0021). On PostgreSQL the table has no primary key
     # constraint either (migration 0017): ids come from one sequence, and
-    # its index was a second entry to write per event that no query read.
+    # its index would be a second entry to write per event, one no query
+    # reads.
     # No database constraint and no cascade: on PostgreSQL the table is
     # partitioned by day and a deleted job's history goes with its whole
     # partition (`jobs.partitions`); retention deletes it otherwise
@@ -234,8 +235,8 @@ class JobEvent(models.Model):
     # Who acted, when it is not that worker: a person, an agent, the timer,
     # a recovery, the worker taking a job over. A worker's rows about its
     # own attempt (finish, wait, fail, release) leave it empty and name the
-    # worker once, in `worker_id`: every attempt's row carried the same
-    # worker id twice. Read `by` for who it was.
+    # worker once, in `worker_id`, rather than the same worker id twice on
+    # every attempt's row. Read `by` for who it was.
     # (jobs.store: `Store._fenced` and the batch finish, jobs.claim.)
     actor = models.CharField(max_length=200, blank=True, default="")
     reason = models.TextField(blank=True, default="")

@@ -40,10 +40,11 @@ ADVICE = ("set DATABASE_POOL_MODE=transaction (no prepared statements, no sessio
 
 def on_connection_created(sender, connection, **kwargs) -> None:
     """A new PostgreSQL connection of the application runs without JIT
-    (`DATABASE_JIT`, settings): compiling the claim cost 100-180 ms of CPU
-    each time an ANALYZE of a busy queue raised its estimate past
-    jit_above_cost. Session state, so only where a session is the
-    application's own: directly or through a session-mode pooler."""
+    (`DATABASE_JIT`, settings): compiling a claim that is a millisecond's
+    work costs far more than running it, and an ANALYZE of a busy queue can
+    raise its estimate past jit_above_cost. Session state, so only where a
+    session is the application's own: directly or through a session-mode
+    pooler."""
     if (connection.vendor == "postgresql" and getattr(settings, "DATABASE_POOL_MODE", "direct") == "direct"
             and not getattr(settings, "DATABASE_JIT", False)):
         with connection.cursor() as cursor:
@@ -120,10 +121,10 @@ def on_task_executed(sender, task=None, **kwargs) -> None:
 # runs with (`_FUNCTION_SETTINGS`, below) and for where that plan is kept:
 # - behind a transaction-mode pooler nothing may be prepared on a connection
 #   (the next transaction may run on another), so PostgreSQL would plan the
-#   claim — a statement of a dozen subqueries — anew on every job: with the
-#   pooler, a third of a worker's server time. A function keeps the plans of
-#   its statements in each server process that runs it, whichever client
-#   calls it;
+#   claim — a statement of a dozen subqueries — anew on every job, a large
+#   part of a worker's server time. A function keeps the plans of its
+#   statements in each server process that runs it, whichever client calls
+#   it;
 # - directly, psycopg's prepared statements would keep a plan too, but one
 #   made with the session's settings: see `_FUNCTION_SETTINGS`.
 # The digest covers the text, the parameters' types, the job table's columns
@@ -143,27 +144,24 @@ _names: dict[str, tuple[str, ...]] = {}
 # Every function runs its statement with its generic plan. PostgreSQL
 # chooses between that plan and one made for each call's values by their
 # estimates, and keeps the custom plans' average estimate across statistics
-# changes: after an ANALYZE taken while one tenant held a deep backlog, the
-# fair claim with 10,000 tenants was planned anew on 10,596 of its 20,000
-# runs, 0.64 ms a plan (issue 24). Only a function can fix the choice for
-# one statement (a session setting would also reach the application's ORM
-# queries, whose partial indexes only a custom plan can use); the
-# statements sent this way are written so that their generic plan is the
-# right one at any statistics (tests/jobs/test_claim_scale_pg.py) — but one:
-# a table vacuumed to no pages, whose sequential scan the planner takes for
-# free. A worker idle over an empty queue planned its claims so, and kept
-# those plans after the queue filled, until the table's next ANALYZE: each
-# of its claims read the whole table (the fair claim 22.6 ms with 20,000
-# jobs, against 0.8; the one-tenant claim, then a prepared statement whose
-# generic plan PostgreSQL had chosen after five idle runs, 7.8 ms against
-# 0.27). These statements are written for the claim indexes; none needs a
-# sequential scan of a large table. Nor a bitmap scan: a question the claim
-# index answers in its order, a bitmap scan answers by reading all the
-# tenant's entries and sorting them — which the planner, expecting a couple
-# of READY rows a tenant from an ANALYZE taken over many small tenants,
-# took for as cheap: a bench row's one-tenant claims each read and sorted
-# the tenant's whole backlog (1.4 ms and 181 buffers a claim against 0.3 ms
-# and 56), for as long as the workers' connections kept that plan.
+# changes: after an ANALYZE taken while one tenant held a deep backlog, it
+# goes on planning the fair claim anew on most of its runs. Only a function
+# can fix the choice for one statement (a session setting would also reach
+# the application's ORM queries, whose partial indexes only a custom plan
+# can use); the statements sent this way are written so that their generic
+# plan is the right one at any statistics
+# (tests/jobs/test_claim_scale_pg.py) — but one: a table vacuumed to no
+# pages, whose sequential scan the planner takes for free. A worker idle
+# over an empty queue would plan its claims so, and keep those plans after
+# the queue fills, until the table's next ANALYZE: each of its claims would
+# read the whole table. These statements are written for the claim indexes;
+# none needs a sequential scan of a large table. Nor a bitmap scan: a
+# question the claim index answers in its order, a bitmap scan answers by
+# reading all the tenant's entries and sorting them — which the planner,
+# expecting a couple of READY rows a tenant from an ANALYZE taken over many
+# small tenants, takes for as cheap: each claim of a tenant with a deep
+# backlog would then read and sort that whole backlog, for as long as the
+# workers' connections keep the plan.
 _FUNCTION_SETTINGS = "SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off"
 
 logger = logging.getLogger("jobs.pooling")
@@ -180,11 +178,11 @@ def prepare_nothing_here() -> None:
     """This thread's connection prepares none of the ORM's statements (the
     claim statements' calls still are: `sending`): a worker's housekeeping,
     whose sweeps run every heartbeat while the worker idles over an empty
-    queue. Prepared, their generic plans (chosen after five runs) were made
-    over a job table vacuumed to no pages and kept after a refill, until
-    the table's next ANALYZE: a lease-recovery sweep read the whole table
-    (27 ms with 200,000 jobs queued, against 1). Planned on each run, a
-    sweep costs a few tenths of a millisecond more, once a heartbeat."""
+    queue. Prepared, their generic plans (chosen after five runs) would be
+    made over a job table vacuumed to no pages and kept after a refill,
+    until the table's next ANALYZE: a lease-recovery sweep would read the
+    whole table. Planned on each run, a sweep pays its planning once a
+    heartbeat, which is little."""
     if connection.vendor == "postgresql" and getattr(settings, "DATABASE_PREPARED_STATEMENTS", False):
         connection.ensure_connection()
         connection.connection.prepare_threshold = None
@@ -307,15 +305,15 @@ def _pg_type(value) -> str:
     if isinstance(value, datetime):
         return "timestamptz"
     # A string too, as psycopg binds it: its type is the one the statement
-    # casts it to. Typed text, `%(ids)s::bigint[]` was a cast the function
-    # ran on every row that read it: a batch's finish parsed its arrays of
-    # 100 ids and epochs once per job, 1.1 ms a batch.
+    # casts it to. Bound as typed text, `%(ids)s::bigint[]` would be a cast
+    # the function runs on every row that reads it: a batch's finish would
+    # parse its arrays of ids and epochs once per job.
     return "unknown"
 
 
 # `_pg_type` of the plain scalars, looked up by their exact type: a claim
-# binds a dozen parameters, and the checks above, one by one, cost a worker
-# 1 % of its CPU.
+# binds a dozen parameters on every call, and one lookup costs less than
+# the checks above, one by one.
 _SCALAR_TYPES = {str: "unknown", type(None): "unknown", bool: "boolean", int: "bigint", float: "double precision"}
 
 

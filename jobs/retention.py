@@ -285,9 +285,9 @@ def rows_after(rows: QuerySet, key: tuple[datetime, int]) -> QuerySet:
     """The finished rows after `key` (finished_at, id) in keyset order: a
     range of the partial index from `finished_at` on, the ties at that
     instant (a batch's finish gives its jobs one) past the id. Written as
-    "later, or as late with a greater id" the condition was no range at all:
-    each page read the index from its start and filtered out every row
-    before the key (400,000 of them, 39 ms for a page of 1,000)."""
+    "later, or as late with a greater id" the condition is no range at all:
+    each page would read the index from its start and filter out every row
+    before the key."""
     finished_at, job_id = key
     return rows.filter(Q(finished_at__gte=finished_at) & (Q(finished_at__gt=finished_at) | Q(id__gt=job_id)))
 

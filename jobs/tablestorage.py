@@ -9,8 +9,8 @@ grow with the jobs set a small fraction instead. `fillfactor` leaves room in
 each page for the new versions of its rows: where updates touch no indexed
 column PostgreSQL can then update in place (HOT, no index write); on the job
 table, whose updates are never HOT, the new version still stays in its page,
-which saves the lock record and the full row a move to another page logs
-(measured in 0019). A table whose rows are seldom updated gets none."""
+which saves the lock record and the full row a move to another page logs.
+A table whose rows are seldom updated gets none."""
 
 from django.db import migrations
 

@@ -253,7 +253,7 @@ class DurableBackend(BaseTaskBackend):
 
 
 def _job_of(result_id) -> Job | None:
-    """The job of a result id: a UUID (or, from before, `<queue>:<uuid hex>`).
+    """The job of a result id: a UUID (or `<queue>:<uuid hex>`, as older results are named).
     The key is known, not the tenant: served by the index on the jobs' keys
     (`JobSearch`, `jobsearch_key_prefix`), not by jobs_job's (tenant, key)."""
     try:

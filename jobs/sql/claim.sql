@@ -231,7 +231,7 @@ updated_at = {now}
 -- from this statement (in its transaction, no round trip or commit of its
 -- own): a volatile function's statements each take a new snapshot, so it
 -- locks the rows no adder holds and asks again after the lock. OFFSET 0
--- keeps d a subquery of its own: pulled up, each use of d.t asked the
+-- keeps d a subquery of its own: pulled up, each use of d.t would ask the
 -- question again.
 SELECT c.*, g.pruned, {finished_once}, (SELECT count(*) FROM load) AS population FROM (
     SELECT (SELECT CASE WHEN cardinality(d.t) > 0 THEN jobs_readytenant_prune(d.t) END
@@ -265,8 +265,8 @@ g.finished AS finished
 -- subquery, a size the planner cannot read: it then plans for a tenth of
 -- the rows it expects and so walks the claim index in order, stopping at
 -- the batch. Written in as a constant, a batch from a tenant the statistics
--- gave a few READY rows was planned as a bitmap scan and a sort of all the
--- tenant's READY rows: a deep backlog read whole on every claim.
+-- gave a few READY rows would be planned as a bitmap scan and a sort of all
+-- the tenant's READY rows: a deep backlog read whole on every claim.
 WITH {finish} {one_tenant} candidate AS (
     SELECT id FROM jobs_job
     WHERE {eligible} {tenant_filter} {action_filter} {single_gate}
@@ -287,8 +287,8 @@ ready_tenants AS MATERIALIZED (
 -- claim_one_tenant_gate --
 -- {single_gate}: the one-tenant claim takes nothing unless at most one
 -- tenant holds READY work, and names it: a key for the claim index (an
--- ordered walk without one was planned, from some statistics, over another
--- index of every job).
+-- ordered walk without one can be planned, from some statistics, over
+-- another index of every job).
 AND tenant = (SELECT r.tenant FROM ready_tenants AS r WHERE r.n <= 1)
 
 -- claim_one_tenant_population --
@@ -335,8 +335,8 @@ LIMIT {sample}
 
 -- tenant_has_eligible --
 -- Whether tenant t has an eligible job: asked per tenant, as a subquery in
--- the claim index's order (as EXISTS it was pulled up into a semi-join that
--- read every READY entry of the index, whatever the tenant).
+-- the claim index's order (as EXISTS it is pulled up into a semi-join that
+-- reads every READY entry of the index, whatever the tenant).
 (SELECT e.id FROM jobs_job AS e WHERE e.tenant = t.tenant AND {eligible} {action_filter}
  ORDER BY {claim_order} LIMIT 1) IS NOT NULL
 
@@ -345,8 +345,8 @@ LIMIT {sample}
 -- claim_cap_tenants_all), each with whether this transaction got its
 -- advisory lock, chosen and tried in ONE statement. Locks are tried in the
 -- candidates' fair order until {want} (the batch size) are held, no more: a
--- claimer that held every candidate it could lock made the others find them
--- taken, and wait. The lock call is a volatile function in the filter over
+-- claimer that held every candidate it could lock would make the others find
+-- them taken, and wait. The lock call is a volatile function in the filter over
 -- the sorted candidates (OFFSET 0: never pushed below the sort), so rows
 -- are tried one by one in order and the LIMIT stops the trying.
 -- 1785684595 (0x6A6F6273, "jobs") is the lease cap's advisory-lock namespace.

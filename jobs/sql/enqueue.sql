@@ -14,8 +14,8 @@
 -- exists is skipped by the unique index, waiting for a concurrent insert of
 -- it to commit or roll back), then the jobs of the keys that got one, and
 -- their creation events. The chunk comes as one array per column: a row of
--- parameters per job made a statement psycopg took longer to read than the
--- server to run. Bound: the proposer, the eleven arrays, the actor.
+-- parameters per job makes a statement psycopg takes longer to read than the
+-- server takes to run. Bound: the proposer, the eleven arrays, the actor.
 -- {new_jobs}: enqueue_new_jobs, from the numbered keys that got a search row.
 WITH given AS (
     SELECT g.*, {now} AS created_at, %s::varchar AS proposed_by

@@ -83,9 +83,9 @@ CREATE TRIGGER jobs_readytenant_became_ready AFTER UPDATE OF state ON jobs_job F
 -- in the claim index's order (claim.sql, tenant_has_no_ready). It runs its
 -- statements with their generic plans (plan_cache_mode): the tenants come
 -- as an array, whose length a generic plan takes for ten while a call's own
--- holds one or two, so a custom plan always looked cheaper and each call
--- was planned anew; the generic plans read each tenant's READY jobs by the
--- claim index at any table size.
+-- holds one or two, so a custom plan would always look cheaper and each
+-- call be planned anew; the generic plans read each tenant's READY jobs by
+-- the claim index at any table size.
 CREATE OR REPLACE FUNCTION public.jobs_readytenant_prune(names character varying[])
  RETURNS integer
  LANGUAGE plpgsql

@@ -1,5 +1,5 @@
 """`manage.py review_policy --tenant T [--action A] …`: set how a tenant's
-reviews are held to time and to four eyes (issue 22), and how often its
+reviews are held to time and to four eyes, and how often its
 reviewers get the digest of what waits. Periods are Django durations:
 `HH:MM:SS`, `D HH:MM:SS` or ISO 8601 (`P1D`, `PT4H`)."""
 
