@@ -84,7 +84,8 @@ def metrics_registry() -> CollectorRegistry:
 
 WORKER_REGISTRY = CollectorRegistry()
 WORKER_JOBS = Counter("durable_worker_jobs", "Jobs handled by this worker, by outcome "
-                      "(claimed, done, retried, waiting, review, attention, lost, recovered, unrecorded, task_errors).",
+                      "(claimed, done, retried, waiting, review, attention, lost, recovered, unrecorded, released, "
+                      "task_errors, slot_errors).",
                       ["outcome"], registry=WORKER_REGISTRY)
 HANDLER_DURATION = Histogram("durable_handler_duration_seconds", "Time a handler ran, per action.", ["action"],
                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),

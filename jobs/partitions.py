@@ -8,9 +8,10 @@ is a table partitioned by range of `created_at`, one partition per UTC day
 plus a default partition for anything no day partition covers. Retention of
 old history is then a partition drop.
 
-- The table's primary key is (id, created_at) — PostgreSQL requires the
-  partition key in it; the model keeps `id` as its pk (ids come from one
-  identity sequence, so they stay unique).
+- The table has no primary key constraint (migration 0017; one would have
+  to hold the partition key, `created_at`): every lookup names the job and
+  reads `jobevent_job_id`. The model keeps `id` as its pk, and ids stay
+  unique because they come from one identity sequence.
 - No foreign key points into the table, and its own link to the job has no
   database constraint (`db_constraint=False`): a deleted job's history stays
   in its day's partition until that partition goes.
