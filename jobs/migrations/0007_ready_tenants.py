@@ -1,10 +1,11 @@
-"""Claims that stay fast (issue 11): the ready-tenant table the fair claim samples from (jobs/claim.py), kept
-right by the database (PostgreSQL).
+"""Claims whose cost does not grow with the tenants: the ready-tenant table
+the fair claim samples from (jobs/claim.py), kept right by the database
+(PostgreSQL).
 
 Triggers on jobs_job add a tenant whenever one of its jobs is inserted READY
-(statement-level: a bulk enqueue of 50,000 rows costs one call) or moves to
-READY from another state (row-level, and the `WHEN` clause is checked in C, so
-claims, renewals and finishes never call it). Every path that makes work
+(statement-level: a bulk enqueue costs one call) or moves to READY from
+another state (row-level, and the `WHEN` clause is checked in C, so claims,
+renewals and finishes never call it). Every path that makes work
 READY — enqueue, retries, recovery, resumes, timers, inbound events, operator
 decisions, raw SQL — is covered without any of them knowing.
 
@@ -14,11 +15,12 @@ tenant, or the tenant would drop out of the sample while it has work:
 - `jobs_readytenant_keep` (the triggers) share-locks the tenant's row
   (`FOR KEY SHARE`) until its transaction ends, inserting the row first if
   it is missing;
-- the pruner (claim.py `_prune`) locks rows `FOR UPDATE SKIP LOCKED` —
-  so a row an adder holds is skipped — and then deletes, in a NEW statement
-  (a fresh snapshot that sees every committed job), only rows whose tenant
-  has no READY job. An adder arriving after the pruner's lock waits for it,
-  finds the row gone and inserts it again.
+- the pruner (the fair claim; `jobs_readytenant_prune` from migration 0013
+  on) locks rows `FOR UPDATE SKIP LOCKED` — so a row an adder holds is
+  skipped — and then deletes, in a NEW statement (a fresh snapshot that sees
+  every committed job), only rows whose tenant has no READY job. An adder
+  arriving after the pruner's lock waits for it, finds the row gone and
+  inserts it again.
 """
 
 import django.db.models.functions.datetime
@@ -142,7 +144,7 @@ class Migration(migrations.Migration):
         # second ago (no statistics yet), on one whose statistics say READY
         # rows are rare (analysed while the queue was empty) and on a large
         # one. So READY rows leave job_state_tenant, and the global claim
-        # order's index goes: every claim is tenant-first now (claim.py).
+        # order's index goes: every claim is tenant-first (claim.py).
         migrations.RunPython(reshape_claim_indexes, restore_claim_indexes),
         migrations.RemoveIndex(model_name="job", name="job_state_tenant"),
         migrations.AddIndex(

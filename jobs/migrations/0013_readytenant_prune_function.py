@@ -1,11 +1,11 @@
-"""Taking drained tenants out of the fair claim's sample in one round trip
-(issue 24): the pruner's two statements (lock the sample rows no adder holds,
+"""Taking drained tenants out of the fair claim's sample in one round trip:
+the pruner's two statements (lock the sample rows no adder holds,
 then delete those whose tenant has no READY job, in a snapshot taken after
 the lock — migration 0007) move into a PL/pgSQL function. A volatile
 function takes a fresh snapshot for each statement it runs, so the delete
 still sees every job committed before its lock; the worker sends one
-statement instead of BEGIN, two statements and COMMIT (with 10,000 tenants
-that was two round trips per job)."""
+statement instead of BEGIN, two statements and COMMIT, and with many
+tenants of a job or two the fair claim prunes on nearly every job."""
 
 from django.db import migrations
 

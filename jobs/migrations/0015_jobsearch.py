@@ -5,9 +5,9 @@ The worker's claim (READY → LEASED) and finish (LEASED → DONE) cannot be
 HOT updates of jobs_job, so each writes an entry into every index whose
 predicate the new row meets. Two indexes served only the console's search
 and key lookups, whose inputs never change with the state: the trigram
-index over rows at rest (`job_search_rest_trgm`, some 320 bytes of WAL per
-job entering DONE, more for a real job's text) and the btree on `key`
-(`job_key_prefix`, an entry per update: some 160 bytes per job). Both go;
+index over rows at rest (`job_search_rest_trgm`, written for every job
+entering DONE, the more the longer its text) and the btree on `key`
+(`job_key_prefix`, an entry per update). Both go;
 `jobs_jobsearch` holds each job's key and search text once, with a btree on
 the key and, on PostgreSQL, a trigram index over every row (so READY and
 LEASED jobs are found by their text too). `job_search_queue_trgm` stays on

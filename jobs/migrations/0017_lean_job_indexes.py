@@ -1,13 +1,11 @@
-"""Fewer index entries per job (issue 24). A worker's claim and finish each
-write a new version of the job row (not HOT: both change `state`, which the
-partial indexes name) and an entry in every index whose condition the new
-row meets; the history row an entry in each of its indexes. Measured with
-pg_waldump over 2,000 no-op jobs: 11 index entries per job → 7, about 290
-bytes of WAL per job less (1,785 → 1,491 with one tenant, 1,945 → 1,657 with
-1,000).
+"""Fewer index entries per job. A worker's claim and finish each write a new
+version of the job row (not HOT: both change `state`, which the partial
+indexes name) and an entry in every index whose condition the new row
+meets; the history row an entry in each of its indexes. Each entry is WAL
+written on the worker's path.
 
 - `job_state_tenant` keeps only the waiting states: LEASED rows are counted
-  per tenant through `job_leased_expiry`, now (tenant, lease_until); DONE and
+  per tenant through `job_leased_expiry`, made (tenant, lease_until); DONE and
   CANCELLED rows are retention's.
 - `job_finished` (every finished row) becomes `job_finished_redacted`,
   written by the redaction pass: a finish writes `job_finished_unredacted`

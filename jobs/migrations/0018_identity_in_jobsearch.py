@@ -1,19 +1,20 @@
 """A job's business identity, `(tenant, key)`, is unique in `jobs_jobsearch`
-(issue 24) instead of jobs_job.
+instead of jobs_job.
 
 The worker's claim and finish cannot be HOT updates of jobs_job (both change
-`state`, which the partial indexes name), so each wrote an entry of
+`state`, which the partial indexes name), so each writes an entry of
 `job_unique_tenant_key` for a pair that never changes — and, being unique,
-first read the older versions of the row to check they were dead. The
+first reads the older versions of the row to check they are dead. The
 search row is written once per job, with the job, and never by a state
-change: its unique index costs one entry per job. Measured with pg_waldump
-(see README "The business key is unique in the search row").
+change: its unique index costs one entry per job (docs/internals/schema.md,
+"`jobs_jobsearch`").
 
 Jobs without a search row (none are made so since 0015; a row planted by
 hand could be) get theirs first, so every job keeps its key. SQLite rebuilds
 jobs_job to drop the constraint, and the rebuilt table loses the hand-made
-claim index: it is made again as migration 0010 does. A job deleted through
-the ORM now takes its search row with it, so its key is free again."""
+claim index: it is made again as migration 0010 does. From here on a job
+deleted through the ORM takes its search row with it, so its key is free
+again."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -6,8 +6,7 @@ be HOT (both change `state`, which the partial indexes name). Where the page
 is packed full, the new version goes to another page, and PostgreSQL first
 logs a lock on the old one and then the whole new row. With 30 % of each
 page left free, the new version stays in its page and only the bytes that
-changed are logged (issue 24: WAL per job in batches of 100, 1,233 → 1,106
-bytes; the table holding 20,000 finished jobs is 8 % larger). Setting it
+changed are logged, for a somewhat larger table. Setting it
 takes a brief SHARE UPDATE EXCLUSIVE lock and rewrites nothing: pages
 filled from now on keep the room."""
 

@@ -1,15 +1,15 @@
-"""A LEASED job's claim time is its `updated_at`; `jobs_job.claimed_at` goes
-(issue 24).
+"""A LEASED job's claim time is its `updated_at`; `jobs_job.claimed_at` goes.
 
 PostgreSQL logs an update as the bytes between the first and the last
 column it changes. `claimed_at` was the table's last column, so every claim
 (which changes `state`, column 9) logged the row from `state` to the end —
 the search text, the proposer, whatever they hold — and a READY row's NULL
 there made the claimed version 8 bytes longer, so it moved page more often.
-The claim already set `updated_at` to the same time; a renewal no longer
-moves it, and the row that ends an attempt copies it into the history as
-the attempt's `claimed_at` (`JobEvent.claimed_at` stays). Measured with
-pg_waldump (README "What a claim writes to the WAL").
+The claim already set `updated_at` to the same time; a renewal does not
+move it, and the row that ends an attempt copies it into the history as
+the attempt's `claimed_at` (`JobEvent.claimed_at` stays). The columns a
+claim changes come before the widest ones (docs/internals/schema.md,
+"`jobs_job`").
 
 A job LEASED when this runs keeps its attempt's claim time only if nothing
 but the claim set its `updated_at` — a renewal by a worker of the previous

@@ -1,16 +1,14 @@
 """The sample pruner (`jobs_readytenant_prune`, migration 0013) keeps one
-plan per connection for each of its two statements (issue 24).
+plan per connection for each of its two statements.
 
 PL/pgSQL plans a statement that reads a variable like a prepared one: a
 custom plan for the values of each of the first five calls, then the
 generic plan only if it is estimated no dearer. Both statements name their
 tenants by an array (`tenant = ANY(...)`), whose length the generic plan
 takes for ten while the call's own holds one or two: the custom plan always
-looked cheaper, so each call was planned anew — 0.2 ms of planning in a
-0.34 ms call, one call per two jobs with 10,000 tenants of two jobs each.
-Measured (4 processes, 20,000 jobs over 10,000 tenants): the delete planned
-5,664 times in 5,670 calls before, 8 times in 5,652 after; the prune
-0.343 → 0.079 ms a call; the fair claim that calls it 420 → 291 µs.
+looks cheaper, so each call is planned anew, and planning costs more than
+the call's work. With many tenants of a job or two the fair claim calls it
+on nearly every job.
 
 The generic plans read each tenant's READY jobs by the claim index, at any
 table size (tests/jobs/test_claim_scale_pg.py checks the delete's), and
