@@ -48,7 +48,7 @@ calendar: migrate  ## django-q2 as the calendar: install the default schedules, 
 	$(PY) manage.py install_schedules
 	$(PY) manage.py qcluster
 
-bench: install  ## speed figures on DATABASE_URL (see README)
+bench: install  ## speed figures on DATABASE_URL (see docs/benchmarks.md)
 	$(PY) manage.py bench $(BENCH_ARGS)
 
 chaos: install  ## kill workers at random while emails go through the simulator

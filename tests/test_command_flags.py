@@ -1,5 +1,5 @@
 """Every numeric flag of every management command is range-checked by its
-parser (issue 20, item 9): "inf", "nan", a negative or absurd value is the
+parser: "inf", "nan", a negative or absurd value is the
 command's usage error naming the flag — nothing runs with it (a
 `run_worker --lease-ttl inf` whose every claim fails, `--until-idle` never
 exiting; `--poll-interval -1` spinning). One helper reads them all

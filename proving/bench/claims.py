@@ -30,7 +30,7 @@ BACKLOG_BATCH = 100
 # interleaved), as many tenants as make the planner expect
 # BACKLOG_EXPECTED READY jobs of any one once the backlog is in — fewer
 # than a batch, the estimate under which a batch's LIMIT written in as a
-# constant was planned as a read and sort of the whole backlog. (Twelve
+# constant is planned as a read and sort of the whole backlog. (Twelve
 # each keeps the tenants under a tenth of the rows, so ANALYZE records
 # their number, not a share of the table that would grow with it.)
 BACKLOG_STATS_JOBS = 12

@@ -47,8 +47,8 @@ def delete_tenants(tenants: list[str]) -> None:
             if connection.vendor == "postgresql":
                 # The ids as one array constant, not a subquery or a set to
                 # join: the bench vacuums between rows, so the statistics of
-                # a table it just filled can say it is empty, and a join was
-                # then planned as a nested loop that went through every id
+                # a table it just filled can say it is empty, and a join is
+                # then planned as a nested loop that goes through every id
                 # for each of the table's rows. `= ANY` of a constant is a
                 # filter or an index condition, hashed once, whatever the
                 # estimates.

@@ -1,5 +1,5 @@
 """Proposals of one business key at the same moment, on real parallel
-PostgreSQL connections (issue 20, item 7): the second waits for the first
+PostgreSQL connections: the second waits for the first
 and gets its job — never an IntegrityError —, `created` is true only for the
 caller whose proposal made the job (not when the outbox or a timer created
 that key meanwhile), and two `seed_demo` runs on one tenant both succeed

@@ -1,4 +1,4 @@
-"""The reviewers' digest (issue 22): at most one email per reviewer per
+"""The reviewers' digest: at most one email per reviewer per
 period, through the operation protocol — also when a worker is killed with
 SIGKILL in the middle of sending it (acceptance: real worker processes, the
 provider simulator, real HTTP)."""

@@ -34,7 +34,7 @@ def test_a_reviewer_approves_one_item_and_rejects_another_with_notes(login, live
     decide_in_form(page, "Approve", "address checked with the customer")
     page.get_by_text("Approve: studio/quote-1 is now READY").wait_for()
 
-    # The next item of the queue opens (issue 22).
+    # The next item of the queue opens.
     page.wait_for_url(f"**/admin/console/jobs/{second.pk}/?next=*")
     decide_in_form(page, "Reject", "duplicate of quote-1")
     page.get_by_text("Reject: studio/quote-2 is now CANCELLED").wait_for()

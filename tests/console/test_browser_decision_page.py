@@ -1,7 +1,9 @@
-"""The decision page as people use it, in Debian's Chromium (issue 22, items
-1, 9 and 10): the effect of approving is shown first, rendered from the
-records and exactly what is then sent; the subject links to its record; a
-viewer reads sensitive fields masked; and the defects (a)–(e) stay fixed.
+"""The decision page as people use it, in Debian's Chromium: the effect of
+approving is shown first, rendered from the records and exactly what is then
+sent; the subject links to its record; a viewer reads sensitive fields
+masked; an operator decides on an operation, line breaks survive a
+correction, a refused correction keeps the edits, an ended job says how it
+ended, and evidence and receipts are shown.
 
 Set CONSOLE_SCREENSHOTS=<dir> to keep the screenshots taken here."""
 
@@ -70,7 +72,7 @@ def overflows(page) -> int:
                                       .map(e => e.scrollWidth - e.clientWidth))""")
 
 
-# ---------------------------------------------------------------- 1. the effect first
+# ---------------------------------------------------------------- the effect first
 
 
 @pytest.mark.django_db(transaction=True)
@@ -149,7 +151,7 @@ def test_a_paid_invoice_previews_that_approving_sends_nothing(login, live_server
     assert page.locator("section.preview dt").count() == 0
 
 
-# ---------------------------------------------------------------- 9. masking
+# ---------------------------------------------------------------- masking
 
 
 @pytest.mark.django_db(transaction=True)
@@ -181,7 +183,7 @@ def test_a_viewer_reads_the_recipient_masked_on_the_page_the_timeline_and_the_ex
         assert json.loads(export.text())["job"]["payload"]["to"] == "ana-at-example.com"
 
 
-# ---------------------------------------------------------------- 10 (a). the operator's decision on an operation
+# ---------------------------------------------------------------- the operator's decision on an operation
 
 
 @pytest.mark.django_db(transaction=True)
@@ -229,7 +231,7 @@ def test_every_control_on_an_operator_item_leads_somewhere_that_works(login, liv
     assert (job.state, op.state, op.receipt.provider_reference) == ("DONE", "ACCEPTED", "msg-77")
 
 
-# ---------------------------------------------------------------- 10 (b). line breaks
+# ---------------------------------------------------------------- line breaks
 
 
 def correct_in_browser(login, live_server, job, label, value, note):
@@ -266,7 +268,7 @@ def test_a_corrected_body_is_stored_and_sent_with_lf_line_breaks(login, live_ser
     assert set(job.events.last().detail["correction"]) == {"body"}
 
 
-# ---------------------------------------------------------------- 10 (c). a refused correction keeps the edits
+# ---------------------------------------------------------------- a refused correction keeps the edits
 
 
 @pytest.mark.django_db(transaction=True)
@@ -301,7 +303,7 @@ def test_a_refused_correction_shows_the_form_again_with_the_edits_the_note_and_t
     assert job.payload["to"] == "ana@example.com" and job.payload["subject"] == "Your quote 17 (corrected)"
 
 
-# ---------------------------------------------------------------- 10 (d). an ended job says how it ended
+# ---------------------------------------------------------------- an ended job says how it ended
 
 
 @pytest.mark.django_db(transaction=True)
@@ -332,7 +334,7 @@ def test_a_rejected_or_done_job_says_how_it_ended_not_why_it_waits(login, live_s
         assert "the provider rejected the address" not in page.locator("#content-main > section").all_inner_texts()
 
 
-# ---------------------------------------------------------------- 10 (e). evidence, receipts, the operation page
+# ---------------------------------------------------------------- evidence, receipts, the operation page
 
 
 @pytest.mark.django_db(transaction=True)

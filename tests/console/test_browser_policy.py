@@ -1,4 +1,4 @@
-"""The review policy in a real Chromium (issue 22): four eyes — the first
+"""The review policy in a real Chromium: four eyes — the first
 approval is recorded and shown, the same person's second approval is refused
 with a clear message, another reviewer's releases it — and an overdue
 escalation with the clock advanced, seen in the queue and on the page.

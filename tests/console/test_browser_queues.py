@@ -1,4 +1,4 @@
-"""The queues in Chromium (issue 22, items 2–4): a reviewer searches by a
+"""The queues in Chromium: a reviewer searches by a
 recipient in any case, approves 50 matching items at once while one of them
 is decided by someone else meanwhile (49 decided, 1 skipped), takes an item
 ("assign to me"), finds it under "My items", and after deciding it the next

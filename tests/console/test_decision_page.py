@@ -1,4 +1,4 @@
-"""The decision page without a browser (issue 22, items 1, 9 and 10): each
+"""The decision page without a browser: each
 email action's preview is what its handler sends, the correction compares
 and stores LF line breaks, resolving needs evidence, a viewer reads the
 sensitive fields masked everywhere and a reviewer in clear."""

@@ -1,8 +1,8 @@
-"""Decisions that strand nothing and refuse bad input (issue 20, items 2, 3,
-8 and 10): ending a job goes through its operation in doubt; every decision,
-job or operation, needs the state the person saw; a number from a request is
-parsed strictly (a clear refusal or a 400, never a 500); notes and evidence
-have a maximum length, refused with a clear message and nothing written."""
+"""Decisions that strand nothing and refuse bad input: ending a job goes
+through its operation in doubt; every decision, job or operation, needs the
+state the person saw; a number from a request is parsed strictly (a clear
+refusal or a 400, never a 500); notes and evidence have a maximum length,
+refused with a clear message and nothing written."""
 
 from datetime import timedelta
 
@@ -42,7 +42,7 @@ def decide_operation(client, op, **fields):
     return client.post(f"/admin/operations/operation/{op.pk}/decide/", fields)
 
 
-# ---------------------------------------------------------------- 2. ending a job around an operation in doubt
+# ---------------------------------------------------------------- ending a job around an operation in doubt
 
 
 @pytest.mark.parametrize("state", IN_DOUBT)
@@ -92,7 +92,7 @@ def test_a_job_is_cancelled_through_its_operations_decision_and_then_prunable(cl
     assert report.kept == 0 and not Job.objects.filter(pk=job.pk).exists()
 
 
-# ---------------------------------------------------------------- 3. the state the person saw
+# ---------------------------------------------------------------- the state the person saw
 
 
 def test_a_crafted_operation_decision_without_the_seen_state_is_refused(client, people):
@@ -157,7 +157,7 @@ def test_clearing_a_pause_retries_only_the_held_jobs_as_the_operator_saw_them(pe
     assert moved_since.state == "NEEDS_ATTENTION"
 
 
-# ---------------------------------------------------------------- 8. numbers from a request
+# ---------------------------------------------------------------- numbers from a request
 
 
 @pytest.mark.parametrize("seen", ["²", "٣", "1_0", " 7", "-1", "9" * 5000, "", "0x10"])
@@ -218,7 +218,7 @@ def test_a_pause_clear_with_a_seen_state_that_is_not_an_event_id_retries_nothing
     assert job.state == "NEEDS_ATTENTION"
 
 
-# ---------------------------------------------------------------- 10. notes and evidence have a maximum
+# ---------------------------------------------------------------- notes and evidence have a maximum
 
 
 def test_a_note_of_several_pages_is_refused_and_nothing_is_stored(client, people):

@@ -1,5 +1,5 @@
 """The queues' search and filters, bulk decisions over a query and
-assignment (issue 22, items 2–4; DESIGN §16), without a browser."""
+assignment (DESIGN §16), without a browser."""
 
 from datetime import timedelta
 

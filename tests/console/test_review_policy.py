@@ -1,4 +1,4 @@
-"""The tenant's review policy in the single decision path (issue 22):
+"""The tenant's review policy in the single decision path:
 four eyes, the proposer never approving their own proposal, due times whose
 durable timers mark an item overdue and then reject it, with the clock
 advanced — and every decision ending the review's timers."""

@@ -1,4 +1,4 @@
-"""Operators on waits and timers (issue 22): run a timer now, reschedule it,
+"""Operators on waits and timers: run a timer now, reschedule it,
 cancel a wait with a reason — each audited on the job and refused when the
 job moved since the operator's page; and the header's count of items waiting
 for the signed-in reviewer."""

@@ -317,9 +317,9 @@ def test_a_tenant_left_without_ready_work_is_pruned_but_one_with_work_stays(stor
 
 def test_the_pruner_plans_its_statements_once_not_on_every_call(store):
     """The pruner's statements name tenants by an array; planned for each
-    call's own values, the custom plan always looked cheaper than the
-    generic one, and every call (one per two jobs with many small tenants)
-    was planned anew (migration 0023). PostgreSQL's auto_explain shows the
+    call's own values, the custom plan always looks cheaper than the
+    generic one, and every call (nearly one per job with many small tenants)
+    would be planned anew (migration 0023). PostgreSQL's auto_explain shows the
     plan each statement ran with: a kept plan reads the array as a
     parameter, a plan made for the call has it written in."""
     store.enqueue_many(JobSpec(t, "k") for t in ("a", "b"))
@@ -584,9 +584,9 @@ _PRUNE_DELETE = re.search(r"DELETE FROM jobs_readytenant .*?IS NULL", import_mod
 def test_the_capped_claim_s_tenant_statement_keeps_one_plan_whatever_random_points_it_draws(monkeypatch):
     """PostgreSQL keeps a prepared statement's generic plan only if it looks
     no dearer than the custom plans of its first five runs. The sample's
-    random point, a parameter, made a custom plan look the cheaper the lower
-    the point: a connection whose first five drew low planned every claim
-    anew (0.8 ms each, more than the claim). Low points every time here: the
+    random point, a parameter, makes a custom plan look the cheaper the lower
+    the point: a connection whose first five draw low would plan every claim
+    anew, at more than the claim costs. Low points every time here: the
     capped claim's statement that samples tenants runs with its generic
     plan every time (a plan made for a run's values has its point written
     in). (The fair claim itself: the test below.)"""
@@ -614,8 +614,8 @@ def test_the_fair_claim_runs_with_its_generic_plan_from_its_first_run(monkeypatc
     """Directly, PostgreSQL chooses between a prepared statement's generic
     plan and one made for each run's values by their estimates, averaging
     the custom plans' over every statistics change: after an ANALYZE taken
-    while one tenant held a deep backlog, the fair claim with 10,000 tenants
-    was planned anew on 10,596 of 20,000 runs (issue 24). It runs through a
+    while one tenant held a deep backlog, the fair claim is planned anew on
+    most runs (docs/internals/claim.md, "Plan stability"). It runs through a
     function that asks for the generic plan (`jobs.pooling`): auto_explain
     shows each run's plan of the claim inside it, and a plan made for a
     run's values has the worker's name written in."""
@@ -778,9 +778,8 @@ def test_a_batch_claim_reads_the_head_of_a_deep_backlog_not_all_of_it_whatever_t
     interleaved (a day's traffic), then one tenant's backlog of thousands:
     the planner expects a dozen READY rows for any tenant, finds a bitmap
     scan and a sort of them as cheap as the claim index's order, and with
-    a batch's LIMIT written in as a constant chose it — every batch read
-    and sorted the tenant's whole backlog (measured: 36–90 ms per batch of
-    100 with 200,000 queued, against 2 ms). The same claims under
+    a batch's LIMIT written in as a constant chooses it — every batch would
+    read and sort the tenant's whole backlog. The same claims under
     statistics that give the table pages but no rows (the day's rows
     deleted, then a VACUUM that could not shorten the table: the planner
     expects one row from any scan) walk the claim index too."""
@@ -815,11 +814,10 @@ def test_a_single_claim_walks_the_claim_index_in_order_where_a_bitmap_scan_looks
     """A question the claim index answers in its order ("tenant T's first
     READY job"), a bitmap scan answers by reading all of T's entries and
     sorting them. After an ANALYZE taken while many tenants held a couple of
-    jobs each, the planner expected two READY rows for any tenant and took
-    the bitmap scan for as cheap: auto_explain caught a bench row's
-    one-tenant claims reading and sorting the tenant's whole backlog, each
-    claim (1.4 ms and 181 buffers against 0.3 ms and 56; README, issue 24),
-    for as long as the workers' connections kept that generic plan. The
+    jobs each, the planner expects two READY rows for any tenant and takes
+    the bitmap scan for as cheap: each claim then reads and sorts the
+    tenant's whole backlog, for as long as the workers' connections keep
+    that generic plan (docs/internals/claim.md, "Plan stability"). The
     claim functions run without bitmap scans. Here a session that will not
     use a plain index scan stands for such statistics: the claim, planned
     in a new server process, still reads the backlog's head."""
@@ -840,11 +838,12 @@ def test_a_single_claim_walks_the_claim_index_in_order_where_a_bitmap_scan_looks
 
 def test_a_claim_estimated_dear_is_not_jit_compiled():
     """Under statistics an ANALYZE took while the queue was busy, the fair
-    claim's generic plan was estimated above jit_above_cost (127,456 against
-    100,000), and PostgreSQL JIT-compiled its 114 expressions before
-    running it: 100-180 ms of CPU for a millisecond's claim (README, issue
-    24). The application's connections run without JIT (settings,
-    DATABASE_JIT), so even a claim estimated above any mark runs as planned."""
+    claim's generic plan can be estimated above jit_above_cost, and
+    PostgreSQL then JIT-compiles its expressions before running it, which
+    costs far more CPU than the millisecond's claim itself
+    (docs/internals/schema.md, "Storage settings"). The application's
+    connections run without JIT (settings, DATABASE_JIT), so even a claim
+    estimated above any mark runs as planned."""
     with transaction.atomic(), connection.cursor() as cursor:
         # (pg_jit_available() is false while jit is off: asked with it on.)
         cursor.execute("SET LOCAL jit = on")
@@ -892,12 +891,10 @@ def test_a_new_connection_turns_jit_off_where_its_session_is_its_own(overrides, 
 def test_a_batch_s_finish_and_renewal_handle_rows_in_proportion_to_the_batch_whatever_the_statistics(write):
     """Statistics that give the job table pages but no rows — a VACUUM of a
     drained queue that could not shorten the table — then a batch of 100
-    leases, given back in no particular order. The batch's finish (and a
-    renewal of its leases) joined the batch's ids to the table: under these
-    statistics its generic plan was a nested loop that went through all
-    100 ids for each of the 100 rows (10,000 rows handled; 4.0 ms for the
-    finish instead of 1.4 — a bench row ran at half speed). Each row now
-    finds its own values by its place among the ids: auto_explain shows no
+    leases, given back in no particular order. Joined to the table, the
+    batch's ids would make the generic plan of its finish (and of a renewal
+    of its leases) a nested loop going through all 100 ids for each of the
+    100 rows. Each row finds its own values by its place among the ids: auto_explain shows no
     node of the statement's generic plan handling more rows than a few
     times the batch, and every job gets its own outcome."""
     store = Store()
@@ -942,9 +939,8 @@ def test_a_claim_planned_over_an_empty_table_still_walks_the_indexes_once_it_fil
     (`small`: a dozen jobs, claimed one by one). A plan kept on the server
     (a function's, or a prepared statement's generic plan, chosen after
     five runs) stays until the table's statistics change (autovacuum's next
-    ANALYZE): a worker's claims after a refill read the whole table (the
-    fair claim 22.6 ms with 20,000 jobs queued, against 0.8; the one-tenant
-    claim 7.8 ms, against 0.27). No claim statement is ever planned as a
+    ANALYZE): a worker's claims after a refill would read the whole table.
+    No claim statement is ever planned as a
     sequential scan of the job table."""
     store = Store()
     assert _vacuumed("VACUUM jobs_job, jobs_readytenant")[1] == 0  # no pages: the statistics this is about
@@ -973,9 +969,9 @@ def test_a_worker_s_housekeeping_run_over_an_empty_table_reads_the_indexes_once_
     """The same trap for the application's other statements: a worker's
     housekeeping (lease recovery, timer sweep, the periodic tasks) runs
     every heartbeat while it idles over an emptied queue. As prepared
-    statements their generic plans (chosen after five runs) were made over
-    a table with no pages, and kept after a refill: a sweep read the whole
-    table (27 ms with 200,000 jobs queued, against 1). The housekeeping
+    statements their generic plans (chosen after five runs) would be made
+    over a table with no pages, and kept after a refill: a sweep would read
+    the whole table. The housekeeping
     connection prepares none of them."""
     worker = Worker(WorkerConfig(worker_id="w", until_idle=True, poll_interval=0.05))
     assert _vacuumed("VACUUM jobs_job")[1] == 0  # no pages: the statistics this is about

@@ -1,4 +1,4 @@
-"""What a worker's claim and finish write (issue 24). Neither update of a job
+"""What a worker's claim and finish write. Neither update of a job
 can be HOT (both change `state`, which the partial indexes name), so each
 writes an entry in every index of jobs_job whose condition the new row meets,
 and each history row one in each of the history's indexes. These tests pin

@@ -75,7 +75,7 @@ def test_a_400_digit_timestamp_is_a_400(client):
 
 @pytest.mark.parametrize("shape", ["underscores", "a plus sign", "a superscript"])
 def test_a_signed_timestamp_that_is_not_plain_digits_is_refused_and_nothing_is_recorded(client, store, shape):
-    # Issue 20, item 8: a number from a request is read strictly (int()
+    # A number from a request is read strictly (int()
     # alone would take "1_700…" and "+1700…"; "²" passes str.isdigit()).
     now = str(int(time.time()))
     timestamp = {"underscores": f"{now[:4]}_{now[4:]}", "a plus sign": f"+{now}", "a superscript": f"{now}²"}[shape]

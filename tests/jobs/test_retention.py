@@ -153,8 +153,8 @@ def test_jobs_finished_at_one_instant_are_each_visited_once_in_pages_of_one(stor
 @pytest.mark.postgres
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the plan of PostgreSQL's partial index")
 def test_a_page_after_a_key_reads_the_index_from_that_key_on(store):
-    """Not the rows before it, filtered out one by one: with the key past
-    400,000 finished rows every page of a sweep read them all (39 ms)."""
+    """Not the rows before it, filtered out one by one: with the key far
+    into the finished rows, every page of a sweep would read them all."""
     jobs = [finished(store, f"old-{n}", days_ago=40 + n / 100) for n in range(300)]
     *_, key, newest = sorted(jobs, key=lambda job: job.finished_at)
     rows = Job.objects.filter(state__in=FINISHED, redacted_at__isnull=True)

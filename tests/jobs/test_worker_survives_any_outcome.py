@@ -56,8 +56,8 @@ def run_until_idle(**config) -> Worker:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     thread.join(timeout=60)
-    # Today's defect: a slot thread died, the job stayed LEASED and
-    # --until-idle never came back.
+    # The failure this guards against: a slot thread dies, the job stays
+    # LEASED and --until-idle never comes back.
     assert not thread.is_alive(), "the worker never became idle: a slot or the heartbeat died"
     return worker
 

@@ -412,7 +412,7 @@ def outcome_while_renewed(ctx):
                                                                                   "waiting"),
                                                      ("fail", "READY", "retried")])
 def test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease(store, caplog, outcome, state, counter):
-    # Issue 20, item 6: the heartbeat copies the running jobs, then renews
+    # The heartbeat copies the running jobs, then renews
     # each; the slot's own finish committing in between makes that renewal
     # hit Conflict — which is the worker's own outcome, not a lost lease.
     RUNS.clear()
@@ -428,7 +428,7 @@ def test_a_renewal_that_finds_the_jobs_own_outcome_is_not_a_lost_lease(store, ca
     assert not events(caplog, "job.fence_lost")
 
 
-# ---------------------------------------------------------------- writes in doubt outlive no lease (issue 20, item 5)
+# ---------------------------------------------------------------- writes in doubt outlive no lease
 
 
 @pytest.mark.django_db(transaction=False)

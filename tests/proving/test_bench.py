@@ -279,8 +279,8 @@ def test_removing_a_tenant_s_rows_joins_nothing_even_where_the_statistics_call_t
 
 def test_a_run_s_end_is_read_from_the_job_table_alone_and_is_its_last_finish():
     """A run ends at its last job's finish. Read by joining the history to
-    the jobs, on a fresh cluster whose tables autovacuum had not analysed
-    yet, it was planned as a nested loop reading the whole history for each
+    the jobs, on a fresh cluster whose tables autovacuum has not analysed
+    yet, it is planned as a nested loop reading the whole history for each
     job. The query names one table, and gives the newest finish of the
     bench's own jobs, not another action's."""
     store = Store()

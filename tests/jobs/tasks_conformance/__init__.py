@@ -7,7 +7,7 @@ https://github.com/RealOrangeOne/django-tasks-db). Each test keeps the upstream 
 asserts; the code is written here for this project's backend: the backend is `DurableBackend`, the worker
 is a real `manage.py run_worker` process (not `db_worker`), and rows are read through the engine's models.
 Where upstream asserts something this backend deliberately does differently, the test asserts our
-behaviour and the README ("Django tasks", "Differences from django-tasks' database backend") says why;
-upstream cases that test only another backend's internals (its model, its command-line flags, its id
+behaviour and docs/howto/django-tasks.md ("Where it differs from django-tasks' database backend") says
+why; upstream cases that test only another backend's internals (its model, its command-line flags, its id
 function option) are left out and listed there too.
 """
