@@ -6,6 +6,9 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/durable_test
 # pytest's cache (--lf) lives outside the project folder, one per checkout:
 # a test run leaves nothing behind in the project.
 PYTEST := $(PY) -m pytest -o cache_dir=$(or $(TMPDIR),/tmp)/durable-pytest-cache-$(shell printf %s "$(CURDIR)" | cksum | cut -d' ' -f1)
+# The suite runs in parallel processes (pytest-xdist), one test database each;
+# TEST_WORKERS=0 runs it in this process alone.
+TEST_WORKERS ?= auto
 
 .PHONY: install lint test test-postgres test-pooler test-deep mutants demo migrate worker calendar simulator bench chaos clean
 
@@ -20,11 +23,11 @@ install: $(VENV)/.installed
 lint: install  ## undefined and unused names, syntax errors
 	$(VENV)/bin/ruff check .
 
-test: install  ## the suite, on DATABASE_URL (default: SQLite)
-	$(PYTEST) $(PYTEST_ARGS)
+test: install  ## the suite, on DATABASE_URL (default: SQLite), in TEST_WORKERS processes
+	$(PYTEST) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-postgres: install  ## the suite on the local PostgreSQL
-	DATABASE_URL=$(PG_URL) $(PYTEST) $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(PYTEST) -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-pooler: install  ## the worker, claim, chaos and NOTIFY tests through a private PgBouncer in transaction mode (.ci/pooler; needs root for apt-get/runuser)
 	VENV=$(VENV) .ci/pooler
