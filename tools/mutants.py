@@ -9,8 +9,9 @@ check that the tests meant to guard each rule notice.
 Each mutant is a named list of one-line edits matched by EXACT source text
 (optionally after a unique anchor line, when the same text appears more than
 once). The work tree is never touched: the project is copied once into a
-temporary directory, each mutant is applied to that copy, the tests listed
-for it run there, and the file is restored before the next one. A mutant is
+temporary directory (one copy per parallel job, `--jobs`, one per CPU by
+default), each mutant is applied to a copy, the tests listed for it run
+there, and the file is restored before that copy takes the next one. A mutant is
 "killed" when those tests fail and "SURVIVED" when they pass; the script
 exits 1 if any mutant survives, if a pattern is not found (the code it
 targets changed: update the pattern — the message says which), or if the
@@ -27,11 +28,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -620,10 +624,10 @@ def run_tests(tree: Path, tests: tuple[str, ...] | list[str], env: dict[str, str
     return result.returncode, result.stdout + result.stderr
 
 
-def copy_tree(destination: Path) -> Path:
+def copy_tree(destination: Path, name: str = "tree") -> Path:
     ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", "*.sqlite3*", "var", "staticfiles",
                                     ".hypothesis", ".pytest_cache", "*.egg-info")
-    tree = destination / "tree"
+    tree = destination / name
     shutil.copytree(ROOT, tree, ignore=ignore, symlinks=True)
     return tree
 
@@ -637,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Database for the PostgreSQL-only mutants (its test_ database is created and dropped).")
     parser.add_argument("--skip-postgres", action="store_true",
                         help="Report the PostgreSQL-only mutants as skipped instead of running them.")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="Mutants tested at once, each in its own copy with its own test databases "
+                             "(default: one per CPU).")
     options = parser.parse_args(argv)
 
     if options.list:
@@ -649,13 +656,19 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in MUTANTS if not options.names or m.name in options.names]
 
     started = time.monotonic()
+    jobs = max(1, min(options.jobs, len(chosen)))
     with tempfile.TemporaryDirectory(prefix="durable-mutants-") as workdir:
-        tree = copy_tree(Path(workdir))
-        base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HYPOTHESIS_PROFILE": "ci",
-                    "PYTHONPATH": str(tree)}
+        base_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HYPOTHESIS_PROFILE": "ci"}
         base_env.pop("DATABASE_URL", None)
-        sqlite_env = {**base_env, "SQLITE_TEST_DATABASE": str(Path(workdir) / "test.sqlite3")}
-        pg_env = {**base_env, "DATABASE_URL": options.postgres_url}
+        # One copy per job, each with its own SQLite file and its own PostgreSQL database.
+        copies = []
+        for number in range(jobs):
+            tree = copy_tree(Path(workdir), f"tree{number}")
+            env = {**base_env, "PYTHONPATH": str(tree)}
+            sqlite_env = {**env, "SQLITE_TEST_DATABASE": str(Path(workdir) / f"test{number}.sqlite3")}
+            pg_env = {**env, "DATABASE_URL": options.postgres_url + (f"_{number}" if number else "")}
+            copies.append((tree, sqlite_env, pg_env))
+        tree, sqlite_env, pg_env = copies[0]
 
         # Every mutant's pattern first: a changed line fails loudly before any test runs.
         problems = []
@@ -680,26 +693,38 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 1
 
-        outcomes: list[Outcome] = []
-        for mutant in chosen:
+        free = queue.Queue()
+        for copy in copies:
+            free.put(copy)
+        printing = threading.Lock()
+
+        def judge(mutant: Mutant) -> Outcome:
             if mutant.postgres and options.skip_postgres:
-                outcomes.append(Outcome(mutant, "skipped", detail="needs PostgreSQL (--skip-postgres)"))
-                continue
-            originals = apply(tree, mutant)
-            t0 = time.monotonic()
+                return Outcome(mutant, "skipped", detail="needs PostgreSQL (--skip-postgres)")
+            tree, sqlite_env, pg_env = free.get()
             try:
-                code, log = run_tests(tree, mutant.tests, pg_env if mutant.postgres else sqlite_env)
+                originals = apply(tree, mutant)
+                t0 = time.monotonic()
+                try:
+                    code, log = run_tests(tree, mutant.tests, pg_env if mutant.postgres else sqlite_env)
+                finally:
+                    restore(originals)
             finally:
-                restore(originals)
+                free.put((tree, sqlite_env, pg_env))
             seconds = time.monotonic() - t0
             if code == 1:
                 failed = [line.split(" ", 1)[1].split(" - ")[0] for line in log.splitlines() if line.startswith("FAILED ")]
-                outcomes.append(Outcome(mutant, "killed", seconds, failed[0] if failed else "", log))
+                outcome = Outcome(mutant, "killed", seconds, failed[0] if failed else "", log)
             elif code == 0:
-                outcomes.append(Outcome(mutant, "SURVIVED", seconds, "the tests still pass", log))
+                outcome = Outcome(mutant, "SURVIVED", seconds, "the tests still pass", log)
             else:
-                outcomes.append(Outcome(mutant, "ERROR", seconds, f"pytest exited {code}", log))
-            print(f"  {outcomes[-1].verdict:8} {mutant.name}", file=sys.stderr, flush=True)
+                outcome = Outcome(mutant, "ERROR", seconds, f"pytest exited {code}", log)
+            with printing:
+                print(f"  {outcome.verdict:8} {mutant.name}", file=sys.stderr, flush=True)
+            return outcome
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            outcomes = list(pool.map(judge, chosen))
 
     width = max(len(o.mutant.name) for o in outcomes)
     print(f"\n{'mutant':{width}}  {'verdict':8}  {'time':>6}  caught by / why")
