@@ -110,10 +110,26 @@ class OperationEventInline(_EvidenceInline, admin.TabularInline):
     ordering = ("id",)
 
 
+class InDoubtFilter(admin.SimpleListFilter):
+    """Operations in doubt (`IN_DOUBT`): intended, unknown or under
+    investigation — the health panel's link."""
+
+    title = "doubt"
+    parameter_name = "doubt"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "In doubt")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(state__in=IN_DOUBT)
+        return queryset
+
+
 @admin.register(Operation)
 class OperationAdmin(ScopedAdmin):
     list_display = ("id", "tenant", "job", "step", "provider", "kind", "state", "attempts", "updated_at")
-    list_filter = ("state", TenantFilter)
+    list_filter = ("state", InDoubtFilter, TenantFilter)
     search_fields = ("=id",)
     ordering = ("-updated_at",)
     list_select_related = ("job",)
