@@ -11,10 +11,11 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
+from django.db.models import Q
 from django.http import Http404
 from django.utils.functional import cached_property
 
-from .access import request_scope
+from .access import masked_tenants, request_scope
 from .actions import registered_actions
 
 # Below this many estimated rows a list shows an exact count (cheap); above
@@ -116,6 +117,27 @@ class ScopedAdmin(OfferedLookupsOnly, admin.ModelAdmin):
     tenant_field = "tenant"
     show_full_result_count = False
     paginator = EstimatedCountPaginator
+    # Search fields holding values a reader of a tenant whose sensitive
+    # fields they see masked (`access.masked_tenants`) must not find rows by:
+    # in those tenants the search reads the other fields only.
+    sensitive_search_fields: tuple[str, ...] = ()
+
+    def get_search_results(self, request, queryset, search_term):
+        masked = masked_tenants(request_scope(request)) if self.sensitive_search_fields else []
+        term = search_term.strip()
+        if not masked or not term:
+            return super().get_search_results(request, queryset, search_term)
+        in_masked = Q(**{f"{self.tenant_field}__in": masked})
+        clear, duplicates = super().get_search_results(request, queryset.exclude(in_masked), search_term)
+        plain = Q()
+        for name in self.search_fields:
+            if name not in self.sensitive_search_fields:
+                lookup = {"=": "iexact", "^": "istartswith"}.get(name[:1], "icontains")
+                plain |= Q(**{f"{name.lstrip('=^@')}__{lookup}": term})
+        found = Q(pk__in=clear.values("pk"))
+        if plain:
+            found |= in_masked & plain
+        return queryset.filter(found), duplicates
 
     def get_queryset(self, request):
         return request_scope(request).filter(super().get_queryset(request), self.tenant_field)
@@ -130,6 +152,21 @@ class ScopedAdmin(OfferedLookupsOnly, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [*(f.name for f in self.model._meta.fields), *self.readonly_fields]
+
+    def history_masker(self, request, obj):
+        """How this reader reads the History entries of `obj` (a decision's
+        message quotes its note): None in clear; an app whose records hold
+        sensitive values returns its masker (anything with `text(str)`)."""
+        return None
+
+    def history_view(self, request, object_id, extra_context=None):
+        response = super().history_view(request, object_id, extra_context)
+        context = getattr(response, "context_data", None) or {}
+        masker = context.get("object") is not None and self.history_masker(request, context["object"])
+        if masker:
+            for entry in context["action_list"]:
+                entry.change_message = masker.text(entry.change_message)
+        return response
 
     def has_add_permission(self, request, obj=None):
         return False
