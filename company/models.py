@@ -110,7 +110,9 @@ class Customer(models.Model):
         constraints = [models.UniqueConstraint(fields=["tenant", "email"], name="customer_unique_tenant_email")]
 
     def __str__(self):
-        return f"{self.name} <{self.email}>"
+        # The name alone: a title, a breadcrumb or a history row names the
+        # customer to readers who see the address masked (company.admin).
+        return self.name
 
 
 class Quote(models.Model):

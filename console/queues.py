@@ -30,7 +30,7 @@ from jobs.states import State
 from operations.models import Operation
 from review import assignment, bulk
 from review.decisions import NOTE_MAX_CHARS
-from review.masking import job_masker
+from review.masking import MASK, job_masker
 
 from .timer_views import queue_deadlines
 
@@ -40,6 +40,7 @@ STAFF_CANDIDATES = 200  # people an operator's "assign to" list considers
 
 # "waiting longer than": the age filter's choices.
 FILTERS = ("q", "tenant", "action", "reason", "proposer", "age", "assignee")
+TEXT_FILTERS = ("q", "reason")  # free text, matched against texts that hold sensitive values
 QUEUES = {State.WAITING_REVIEW: ("console:review", "Waiting for review"),
           State.NEEDS_ATTENTION: ("console:attention", "Needs attention")}
 
@@ -231,13 +232,21 @@ def batch_page(request, batch_id):
     view_allowed(request)
     batch = DecisionBatch.objects.select_related("user").filter(pk=batch_id).first()
     scope = access.request_scope(request)
-    if batch is None or (batch.user_id != request.user.pk and not all(scope.sees(t) for t in batch.tenants)):
+    # A batch that touched no tenant (an empty preview) names none to check:
+    # it is its author's alone, or ids counted upwards would show anyone the
+    # filters of every other tenant's previews.
+    if batch is None or not (batch.user_id == request.user.pk or scope.everything
+                             or (batch.tenants and all(scope.sees(t) for t in batch.tenants))):
         raise Http404("no such batch")
+    # The texts typed into the search and reason filters may be a value the
+    # reader sees masked in one of the batch's tenants.
+    masked = set(access.masked_tenants(scope)) & set(batch.tenants) and batch.user_id != request.user.pk
+    query = {name: MASK if masked and name in TEXT_FILTERS and value else value for name, value in batch.query.items()}
     jobs = {job.pk: job for job in scope.filter(Job.objects.filter(pk__in=[i for i, _ in batch.items]))}
     rows = [{"job": jobs.get(job_id), "job_id": job_id, "outcome": batch.outcome.get(str(job_id), "not taken")}
             for job_id, _ in batch.items]
     return TemplateResponse(request, "console/batch.html", console_context(
-        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows,
+        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows, query=query,
         label=access.DECISIONS[batch.decision].label if batch.decision else "",
     ))
 

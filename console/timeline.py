@@ -37,9 +37,7 @@ def reader_masker(job: Job, *, scope: access.Scope, also=()) -> Masker:
     if access.sees_sensitive(job.tenant, scope=scope):
         return CLEAR
     requests = Operation.objects.filter(job=job).values_list("request", flat=True)[:OTHER_LIMIT]
-    corrections = JobEvent.objects.filter(job=job, kind="correct").values_list("detail", flat=True)[:OTHER_LIMIT]
-    proposals = JobEvent.objects.filter(job=job, kind="enqueue").values_list("detail", flat=True)[:1]
-    return job_masker(job, sees_sensitive=False, also=[*requests, *corrections, *proposals, *also])
+    return job_masker(job, sees_sensitive=False, also=[*requests, *also])
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ keeps flowing while it runs):
    (external calls and their receipts).
 2. **Redaction** — DONE and CANCELLED jobs finished more than
    `JOBS_REDACT_AFTER_DAYS` ago have their `payload` (and, through the
-   registered apps, the request bodies of their external calls) replaced by a marker;
+   registered apps, the request bodies of their external calls) replaced by a marker,
+   and their search text cut to their key, subject and proposer;
    `Job.redacted_at` records when. Keys, states, digests and history stay.
    When deletion stopped before the end, the rows already past
    retention that it did not reach are left for the next sweep to delete,
@@ -53,6 +54,7 @@ from django.db.utils import IntegrityError
 from .clock import Clock
 from .models import InboundEvent, Job, JobSearch, Timer
 from .partitions import history_delete, history_partitioned, history_partitions_drop, history_partitions_ensure
+from .search import search_texts_redact
 from .selectors import FINISHED
 
 __all__ = ["RetentionReport", "retention_sweep", "retention_dependent", "REDACTED", "stop_on_signals"]
@@ -344,6 +346,9 @@ def _redact(ids: list[int], at: datetime, report: RetentionReport) -> None:
             return
         report.redacted["jobs.Job.payload"] += Job.objects.filter(id__in=ids).update(payload=REDACTED(at),
                                                                                      redacted_at=at)
+        # The search text copies payload fields (recipient, subject): it is
+        # body too, and a redacted job must not be found by them.
+        search_texts_redact(ids)
         for dependent in _dependents.values():
             report.redacted.update(dependent.redact(ids, at))
         report.batches += 1

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django_q.admin import ScheduleAdmin
 from django_q.models import Schedule
 
+from .admin_scope import OfferedLookupsOnly
 from .schedules import INTENDED_DATE_KWARG, allowed_schedule_functions, schedule_validate
 
 
@@ -46,7 +47,7 @@ class CalendarScheduleForm(forms.ModelForm):
         return schedule
 
 
-class CalendarScheduleAdmin(ScheduleAdmin):
+class CalendarScheduleAdmin(OfferedLookupsOnly, ScheduleAdmin):
     form = CalendarScheduleForm
 
     def has_add_permission(self, request):

@@ -36,7 +36,7 @@ from django.db.models import Q, QuerySet
 from .actions import action_spec
 from .models import Job, JobSearch
 
-__all__ = ["search_text_for", "search_text_of_new", "jobs_matching", "jobs_with_key_prefix", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
+__all__ = ["search_text_for", "search_text_of_new", "search_texts_redact", "jobs_matching", "jobs_with_key_prefix", "SEARCH_MIN_CHARS", "SEARCH_MAX_CHARS"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,19 @@ def search_text_of_new(*, tenant: str, key: str, action: str, subject_type: str,
                    payload=payload)
 
     return _search_text(key, subject_type, subject_id, [proposed_by], _declared_texts(action, payload, job))
+
+
+def search_texts_redact(job_ids: list[int]) -> int:
+    """Rewrite the search text of these redacted jobs (on the job and its
+    `JobSearch` row) to what stays findable once the payload is gone: the
+    key, the subject and the proposer — no payload field (a recipient, a
+    subject line) and no rationale quoting one. Returns the rows rewritten."""
+    jobs = list(Job.objects.filter(id__in=job_ids).only("id", "key", "subject_type", "subject_id", "proposed_by"))
+    for job in jobs:
+        job.search_text = _search_text(job.key, job.subject_type, job.subject_id, [job.proposed_by], [])
+    Job.objects.bulk_update(jobs, ["search_text"], batch_size=500)
+    return JobSearch.objects.bulk_update([JobSearch(job_id=job.id, search_text=job.search_text) for job in jobs],
+                                         ["search_text"], batch_size=500)
 
 
 def _search_text(key: str, subject_type: str, subject_id: str, given: list[str], declared: list[str]) -> str:

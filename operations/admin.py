@@ -84,11 +84,21 @@ class HumanDecisionForm(forms.Form):
         return data
 
 
+def operation_masker(request, operation):
+    """How this reader reads an operation and what is told about it: its
+    job's masker (`review.masking.job_masker`), knowing its request too."""
+    return job_masker(operation.job, also=[operation.request],
+                      sees_sensitive=access.sees_sensitive(operation.tenant, scope=access.request_scope(request)))
+
+
 class _EvidenceInline:
-    """History and receipts are evidence: shown, never edited here."""
+    """History and receipts are evidence: shown, never edited here. Its
+    free texts (`masked_texts`: notes, reasons, details) are read through the
+    operation's masker by a reader who sees the sensitive fields masked."""
 
     extra = 0
     can_delete = False
+    masked_texts: tuple[str, ...] = ()
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -96,11 +106,33 @@ class _EvidenceInline:
     def has_change_permission(self, request, obj=None):
         return False
 
+    def get_fields(self, request, obj=None):
+        self._masker = operation_masker(request, obj) if obj is not None else None
+        if self._masker is None or not self._masker.active:
+            return self.fields
+        return tuple(f"masked_{f}" if f in self.masked_texts else f for f in self.fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj)
+
+    @admin.display(description="Reason")
+    def masked_reason(self, row):
+        return self._masker.text(row.reason)
+
+    @admin.display(description="Evidence")
+    def masked_evidence(self, row):
+        return self._masker.text(row.evidence)
+
+    @admin.display(description="Detail")
+    def masked_detail(self, row):
+        return json.dumps(self._masker.data(row.detail), ensure_ascii=False)
+
 
 class ReceiptInline(_EvidenceInline, admin.StackedInline):
     model = Receipt
     fields = ("provider_reference", "accepted_at", "how", "recorded_by", "reason", "evidence", "created_at")
     readonly_fields = fields
+    masked_texts = ("reason", "evidence")
 
 
 class OperationEventInline(_EvidenceInline, admin.TabularInline):
@@ -108,12 +140,29 @@ class OperationEventInline(_EvidenceInline, admin.TabularInline):
     fields = ("created_at", "kind", "from_state", "to_state", "actor", "epoch", "reason", "detail")
     readonly_fields = fields
     ordering = ("id",)
+    masked_texts = ("reason", "detail")
+
+
+class InDoubtFilter(admin.SimpleListFilter):
+    """Operations in doubt (`IN_DOUBT`): intended, unknown or under
+    investigation — the health panel's link."""
+
+    title = "doubt"
+    parameter_name = "doubt"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "In doubt")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(state__in=IN_DOUBT)
+        return queryset
 
 
 @admin.register(Operation)
 class OperationAdmin(ScopedAdmin):
     list_display = ("id", "tenant", "job", "step", "provider", "kind", "state", "attempts", "updated_at")
-    list_filter = ("state", TenantFilter)
+    list_filter = ("state", InDoubtFilter, TenantFilter)
     search_fields = ("=id",)
     ordering = ("-updated_at",)
     list_select_related = ("job",)
@@ -141,6 +190,9 @@ class OperationAdmin(ScopedAdmin):
     @admin.display(description="Last error")
     def masked_last_error(self, operation):
         return job_masker(operation.job, sees_sensitive=False, also=[operation.request]).text(operation.last_error)
+
+    def history_masker(self, request, operation):
+        return operation_masker(request, operation)
 
     @admin.display(description="Operator decision")
     def decide_link(self, operation):
@@ -173,8 +225,7 @@ class OperationAdmin(ScopedAdmin):
                 self.message_user(request, f"Recorded your decision on operation {operation.id}.", messages.SUCCESS)
                 return redirect("admin:operations_operation_change", operation.pk)
         # A viewer reads the request with the action's sensitive fields masked.
-        masker = job_masker(operation.job, also=[operation.request],
-                            sees_sensitive=access.sees_sensitive(operation.tenant, scope=access.request_scope(request)))
+        masker = operation_masker(request, operation)
         request_data = masker.data(operation.request)
         context = {
             **self.admin_site.each_context(request),

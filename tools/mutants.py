@@ -51,6 +51,7 @@ SCHEDULES = "tests/jobs/test_schedules.py"
 TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
 EFFECTS_IN_DOUBT = "tests/company/test_effects_in_doubt.py"
 DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
+MASKING_EVERYWHERE = "tests/console/test_masking_everywhere.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -555,6 +556,38 @@ MUTANTS: list[Mutant] = [
     Mutant("viewer-masking", "a viewer reads an action's sensitive fields masked", (
         Edit("jobs/access.py", "    return scope.role(tenant) in SEES_SENSITIVE", "    return True"),),
         ("tests/console/test_decision_page.py::test_a_viewer_reads_the_sensitive_fields_masked_and_those_who_decide_in_clear",)),
+    Mutant("admin-offered-lookups", "an admin list filters only by what its page offers", (
+        Edit("jobs/admin_scope.py", "        if unoffered:", "        if False:"),),
+        ("tests/console/test_admin_offered_lookups.py",)),
+    Mutant("masking-knows-corrections", "a viewer's masker knows every value a field held, corrections too", (
+        Edit("review/masking.py", '    if getattr(job, "pk", None) is not None:', "    if False:"),),
+        (f"{MASKING_EVERYWHERE}::test_a_corrected_address_quoted_by_the_provider_is_masked_on_every_page",)),
+    Mutant("masking-any-letter-case", "a masked value is hidden in any letter case", (
+        Edit("review/masking.py", ", re.IGNORECASE)", ")"),),
+        (f"{MASKING_EVERYWHERE}::test_an_address_in_another_letter_case_or_inside_a_longer_value_is_masked",)),
+    Mutant("masking-parts-of-a-value", "each address or word of a longer masked value is hidden on its own", (
+        Edit("review/masking.py", "            hunted.update(_PARTS.split(value))", "            pass"),),
+        (f"{MASKING_EVERYWHERE}::test_an_address_in_another_letter_case_or_inside_a_longer_value_is_masked",)),
+    Mutant("masking-history-and-events", "a viewer reads History messages and operation events masked", (
+        Edit("jobs/admin_scope.py", "        if masker:", "        if False:"),
+        Edit("operations/admin.py", "        if self._masker is None or not self._masker.active:", "        if True:"),),
+        (f"{MASKING_EVERYWHERE}::test_a_viewer_reads_an_operations_events_and_the_jobs_history_masked",)),
+    Mutant("masking-business-records", "a viewer reads a proposal and a customer without the masked values", (
+        Edit("company/admin.py", "        return [self.masked_fields.get(name, name) if masked else name for name in shown]",
+             "        return shown"),),
+        (f"{MASKING_EVERYWHERE}::test_a_viewer_reads_a_proposal_masked_and_cannot_find_it_by_its_rationale",
+         f"{MASKING_EVERYWHERE}::test_a_viewer_sees_customers_by_name_never_their_address")),
+    Mutant("masking-search-fields", "a viewer's search never matches a field they read masked", (
+        Edit("jobs/admin_scope.py", "        if not masked or not term:", "        if True:"),),
+        (f"{MASKING_EVERYWHERE}::test_a_viewer_reads_a_proposal_masked_and_cannot_find_it_by_its_rationale",
+         f"{MASKING_EVERYWHERE}::test_a_viewer_sees_customers_by_name_never_their_address")),
+    Mutant("redaction-clears-search-text", "a redacted job is not found by the payload it no longer holds", (
+        Edit("jobs/retention.py", "        search_texts_redact(ids)", "        pass"),),
+        ("tests/jobs/test_redaction_search.py",)),
+    Mutant("batch-page-scope", "a batch that touched no tenant is its author's alone", (
+        Edit("console/queues.py", "                             or (batch.tenants and all(scope.sees(t) for t in batch.tenants))):",
+             "                             or all(scope.sees(t) for t in batch.tenants)):"),),
+        ("tests/console/test_batch_scope.py",)),
     Mutant("evidence-required", "resolving with empty evidence is refused", (
         Edit("review/decisions.py", '    evidence = decision_text(evidence, what="evidence", missing=EVIDENCE_MISSING)',
              '    evidence = decision_text(evidence, what="evidence", required=False)'),),
