@@ -561,6 +561,21 @@ MUTANTS: list[Mutant] = [
     Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
         Edit("review/decisions.py", "    if proposer and proposer == username:", "    if False:"),),
         ("tests/console/test_review_policy.py",)),
+    Mutant("review-round-per-stay", "each stay in review has rounds (and escalation keys) of its own", (
+        Edit("review/due.py",
+             "    stopped = ReviewDeadline.objects.filter(job_id=job.pk).update(due_at=None, overdue_at=None, reject_at=None)",
+             "    stopped, _ = ReviewDeadline.objects.filter(job_id=job.pk).delete()"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("review-overdue-once", "an overdue step run again marks and tells nothing more and answers as before", (
+        Edit("review/escalation.py", "            return job, deadline", "            return None",
+             after="        if deadline.overdue_at is not None:"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("review-overdue-not-before-stay", "an overdue time is never before the stay in review began", (
+        Edit("review/escalation.py", "max(at or deadline.due_at, deadline.entered_at)", "at or deadline.due_at"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("timer-reschedule-not-past", "an operator cannot reschedule a timer into the past", (
+        Edit("review/decisions.py", "    if scheduled_for < db_now():", "    if False:"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
