@@ -576,6 +576,11 @@ MUTANTS: list[Mutant] = [
     Mutant("timer-reschedule-not-past", "an operator cannot reschedule a timer into the past", (
         Edit("review/decisions.py", "    if scheduled_for < db_now():", "    if False:"),),
         ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("claim-time-under-lock", "a claim's time is read once it holds the lock (never before the write it waited for)", (
+        Edit("jobs/store.py", "        # PostgreSQL: claim.py runs one statement (a short transaction with a",
+             "        early = _claim_clock(now)"),
+        Edit("jobs/store.py", "clock=_claim_clock(now), ttl=ttl, tenants=tenants,", "clock=early, ttl=ttl, tenants=tenants,"),),
+        ("tests/console/test_timeline_order.py",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
