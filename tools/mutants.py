@@ -581,6 +581,13 @@ MUTANTS: list[Mutant] = [
              "        early = _claim_clock(now)"),
         Edit("jobs/store.py", "clock=_claim_clock(now), ttl=ttl, tenants=tenants,", "clock=early, ttl=ttl, tenants=tenants,"),),
         ("tests/console/test_timeline_order.py",)),
+    Mutant("review-mail-reviewers-only", "review emails go to those who may review in the tenant, nobody else", (
+        Edit("company/review_notify.py", '    return not access.refusal(user, "approve", tenant=tenant_slug)', "    return True"),),
+        ("tests/company/test_review_recipients.py",)),
+    Mutant("review-mail-recipient-at-send", "a review email's recipient is asked for when it is sent", (
+        Edit("company/review_notify.py", '    user = reviewer_now(ctx.payload.get("user_id"), ctx.tenant)',
+             '    user = get_user_model().objects.filter(pk=ctx.payload.get("user_id")).first()'),),
+        ("tests/company/test_review_recipients.py::test_a_reviewer_demoted_after_the_digest_was_planned_gets_none",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
