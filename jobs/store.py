@@ -113,7 +113,8 @@ def _claim_clock(now) -> Clock:
     it would be older than the write the claim waited for (the approval that
     made the job READY), and the job's history would show the attempt
     starting before the decision that released it. (PostgreSQL's `now()`
-    is the claim statement's own, which sees only committed writes.)"""
+    is the start of the claim's transaction, which begins after the
+    decision's that it sees committed or waits for.)"""
     return Clock.of(now)
 
 
