@@ -11,6 +11,10 @@
   reviewer of the tenant gets one email about it, keyed by the job, the
   review's round and the reviewer.
 
+The recipients are the tenant's current reviewers (`reviewers_of`: a
+reviewer's membership there and the permission to review), asked again when
+each email is sent: a reviewer demoted after the plan gets nothing.
+
 Every email goes through the operation protocol (`company.handlers._send_once`:
 intent under the job's fence, receipt, reconciliation), so a worker killed
 mid-send is followed by a lookup or an idempotent resend, never a second email.
@@ -22,6 +26,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
+from jobs import access
 from jobs.actions import JobContext, action
 from jobs.clock import db_now
 from jobs.models import Job
@@ -35,7 +40,7 @@ from .handlers import EMAIL_RETRY, _held, _send_once
 from .models import Membership, Tenant, TenantPolicy
 
 __all__ = ["NOTIFY_REVIEWER", "PLAN_REVIEW_DIGESTS", "digest_period_start", "review_digest_key",
-           "review_digests_plan", "reviewers_of", "waiting_for_review"]
+           "review_digests_plan", "reviewer_now", "reviewers_of", "waiting_for_review"]
 
 NOTIFY_REVIEWER = "company.notify_reviewer"
 PLAN_REVIEW_DIGESTS = "company.plan_review_digests"
@@ -43,11 +48,31 @@ DIGEST_LINES = 20
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def reviewers_of(tenant_slug: str):
-    """Active users with a reviewer's membership in the tenant and an email address."""
+def _reviewer_memberships(tenant_slug: str):
+    # One membership row per user and tenant: the role and the tenant are of the same row.
     return (get_user_model().objects.filter(memberships__tenant__slug=tenant_slug,
                                             memberships__role=Membership.Role.REVIEWER, is_active=True)
             .exclude(email="").order_by("pk"))
+
+
+def _reviews(user, tenant_slug: str) -> bool:
+    # Whether they may review there now, asked as every decision asks
+    # (`jobs.access`: the permission and the role in the tenant).
+    return not access.refusal(user, "approve", tenant=tenant_slug)
+
+
+def reviewers_of(tenant_slug: str) -> list:
+    """The tenant's current reviewers with an email address: active users
+    with a reviewer's membership in it who hold the permission to review —
+    not its viewers or operators, not a reviewer whose group was taken away.
+    Read when asked: each email asks again when it is sent (`reviewer_now`)."""
+    return [user for user in _reviewer_memberships(tenant_slug) if _reviews(user, tenant_slug)]
+
+
+def reviewer_now(user_id: int, tenant_slug: str):
+    """The user, if they are one of the tenant's `reviewers_of` at this moment; else None."""
+    user = _reviewer_memberships(tenant_slug).filter(pk=user_id).first()
+    return user if user is not None and _reviews(user, tenant_slug) else None
 
 
 def waiting_for_review(tenant_slug: str):
@@ -155,8 +180,9 @@ def notify_reviewer(ctx: JobContext) -> dict:
     sent = operation_settle(ctx, step="email")
     if sent is not None:
         return {"sent": True, **_held(sent)}
-    user = get_user_model().objects.filter(pk=ctx.payload.get("user_id"), is_active=True).first()
-    if user is None or not user.email or not reviewers_of(ctx.tenant).filter(pk=user.pk).exists():
+    # The recipient is asked for when the email is sent, not when it was planned.
+    user = reviewer_now(ctx.payload.get("user_id"), ctx.tenant)
+    if user is None:
         return {"sent": False, "why": "the user is no longer a reviewer of the tenant with an email address"}
     if ctx.payload.get("kind") == "overdue":
         job = Job.objects.filter(pk=ctx.payload.get("job_id"), tenant=ctx.tenant).first()

@@ -424,7 +424,9 @@ class ReviewDeadline(models.Model):
     """The clock of a job's current stay in WAITING_REVIEW (kept by the review
     layer through `transitions.on_review_change`): which `round` it is (a new stay, or a correction the policy lets restart
     the clock, begins a new one; the round's timers die with it), when it is
-    due, and since when it is overdue. Deleted when the job leaves review."""
+    due, and since when it is overdue. When the job leaves review its times
+    are cleared and the row stays: rounds count over the job's whole life,
+    so no two stays share a round (nor the escalation keys named by it)."""
 
     job = models.OneToOneField("Job", primary_key=True, on_delete=models.CASCADE, related_name="review_deadline")
     tenant = models.CharField(max_length=64)

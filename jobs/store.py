@@ -107,6 +107,17 @@ def _atomic_unless_postgres():
     return nullcontext() if _is_postgres() else transaction.atomic()
 
 
+def _claim_clock(now) -> Clock:
+    """A claim's time, read once the claim holds its lock. On SQLite the
+    time is this host's clock, read when asked: read before BEGIN IMMEDIATE
+    it would be older than the write the claim waited for (the approval that
+    made the job READY), and the job's history would show the attempt
+    starting before the decision that released it. (PostgreSQL's `now()`
+    is the start of the claim's transaction, which begins after the
+    decision's that it sees committed or waits for.)"""
+    return Clock.of(now)
+
+
 class Store:
     """Durable jobs: enqueue, claim, fenced writes, waits, recovery.
 
@@ -287,10 +298,9 @@ class Store:
         holder). Anything else — leased and alive, waiting, finished — is not
         claimable and returns None.
         """
-        clock = Clock.of(now)
         with transaction.atomic():
             job = job_locked(tenant, key)
-            at = clock.value()
+            at = _claim_clock(now).value()
             if is_eligible(job, at=at):
                 name = "claim"
             elif lease_expired(job, at=at):
@@ -352,12 +362,11 @@ class Store:
         own fence and its own `claimed_at`: it is finished, failed or
         recovered on its own, exactly as if it had been claimed alone, and
         the history row that ends its attempt records the claim."""
-        clock = Clock.of(now)
         # PostgreSQL: claim.py runs one statement (a short transaction with a
         # lease cap). SQLite: an immediate transaction around choose + lease.
         with _atomic_unless_postgres():
-            return claim_sql.claim(worker=worker_id, clock=clock, ttl=ttl, tenants=tenants, actions=actions,
-                                   limit=limit)
+            return claim_sql.claim(worker=worker_id, clock=_claim_clock(now), ttl=ttl, tenants=tenants,
+                                   actions=actions, limit=limit)
 
     # ------------------------------------------------------------ fenced writes
 

@@ -429,10 +429,14 @@ def timer_run_now(*, job_id: int, timer_id: int, user, note: str, seen_event: in
 
 def timer_reschedule(*, job_id: int, timer_id: int, user, note: str, seen_event: int | None, scheduled_for) -> Job:
     """An operator moves one of the job's pending timers to `scheduled_for`
-    (an aware datetime), audited as `timer_rescheduled`; refused as
-    `timer_run_now` is. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
+    (an aware datetime, not in the past: a timer fires at the time it
+    names, and what it marks is dated by it), audited as `timer_rescheduled`;
+    refused as `timer_run_now` is. Raises `DecisionRefused`/`AlreadyDecided`, `Http404`."""
     if scheduled_for is None or scheduled_for.tzinfo is None:
         raise DecisionRefused("say when the timer should fire (a date and time, UTC)")
+    if scheduled_for < db_now():
+        raise DecisionRefused(f"{scheduled_for:%Y-%m-%d %H:%M} UTC has passed: choose a later time, "
+                              f"or run the timer now")
     return _move_timer("reschedule_timer", job_id=job_id, timer_id=timer_id, user=user, note=note,
                        seen_event=seen_event, scheduled_for=scheduled_for, kind="timer_rescheduled")
 

@@ -6,15 +6,20 @@ failure sent to review) the Store tells this module in the same transaction
 (`transitions.on_review_change`): a `ReviewDeadline` row starts a new *round* with
 the due time from the policy's `ReviewTerms` (`review.policy`), and an
 engine timer (`jobs.timers`, no sleeping process) is scheduled for it. When
-the job leaves review — any decision, by any path — the row is deleted and
-the round's pending timers are cancelled, in that transaction too.
+the job leaves review — any decision, by any path — the row's times are
+cleared and the round's pending timers are cancelled, in that transaction
+too. The row itself stays with the job: rounds are counted over the job's
+whole life, so the next stay in review (an approved job a worker sends back,
+say) begins a round no earlier stay ever had.
 
 A timer does not act itself: on firing it enqueues `jobs.review_escalate`
 (`review.escalation`) under a key naming the job, the stage and the
-round, so a timer fired twice escalates once. It is also bound to its round
-by a cancellation condition (`review_round_over`), so a timer that escaped
-the cancellation (an operator's reschedule racing a decision) is cancelled
-when it fires rather than acting on a review that is over.
+round — unique per stay, so a timer fired twice escalates once, and a later
+stay is escalated under keys of its own. It is also bound to its round by a
+cancellation condition (`review_round_over`), so a timer that escaped the
+cancellation (an operator's reschedule racing a decision) is cancelled when
+it fires rather than acting on a review that is over; an escalation of an
+earlier round finds another round running and does nothing.
 """
 
 from datetime import datetime, timedelta
@@ -83,9 +88,11 @@ def escalation_timer(job: Job, deadline: ReviewDeadline, *, stage: str, at: date
 
 
 def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered review") -> ReviewDeadline:
-    """Begin a new round of `job`'s review at `at`: due per the policy, the
-    previous round's timers cancelled. In the caller's transaction, with the
-    job's row locked by it (a transition or a decision)."""
+    """Begin a new round of `job`'s review at `at` — a new stay, or a
+    restart of the clock within one: due per the policy, the previous
+    round's timers cancelled, the round numbered after every earlier one of
+    the job. In the caller's transaction, with the job's row locked by it
+    (a transition or a decision)."""
     terms = review_terms(job)
     deadline = ReviewDeadline.objects.select_for_update().filter(job_id=job.pk).first()
     if deadline is None:
@@ -103,10 +110,11 @@ def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered
 
 
 def review_clock_stop(*, job: Job, at: datetime, reason: str) -> None:
-    """End `job`'s review clock: its deadline row and pending timers go (in
-    the caller's transaction)."""
-    deleted, _ = ReviewDeadline.objects.filter(job_id=job.pk).delete()
-    if deleted:  # a review without a clock row never had timers
+    """End `job`'s review clock (in the caller's transaction): its pending
+    timers are cancelled and its times cleared. The row keeps the round, so
+    the job's next stay counts on from it."""
+    stopped = ReviewDeadline.objects.filter(job_id=job.pk).update(due_at=None, overdue_at=None, reject_at=None)
+    if stopped:  # a review without a clock row never had timers
         _cancel_timers(job, at=at, reason=reason)
 
 

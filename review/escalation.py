@@ -4,8 +4,12 @@ tenant's reviewers, or — a second period later, when the policy says so —
 rejects it through the decision service (`review.decisions.job_reject_by_policy`).
 
 Each step re-reads the reviewed job under its row lock and does nothing when
-the review it was set for is over (decided, or its clock restarted): a late,
-repeated or retried escalation is harmless.
+the review round it was set for is over (decided, its clock restarted, or an
+earlier stay in review): a late escalation is harmless. The overdue mark,
+its history row, the reject timer and the reviewers' notices are written in
+one transaction, so a step retried after a failure does all of it once, and
+a step run again after it succeeded changes nothing and answers as it did.
+An overdue time is never earlier than the stay in review it belongs to.
 """
 
 from collections.abc import Callable
@@ -24,8 +28,9 @@ from .policy import POLICY_ACTOR, review_terms
 
 __all__ = ["register_overdue_notifier", "review_escalate"]
 
-# Told (after the overdue mark committed) that an item is overdue:
-# `notifier(job=…, deadline=…)` — the business app emails the tenant's reviewers.
+# Told, in the overdue mark's transaction, that an item is overdue:
+# `notifier(job=…, deadline=…)` — the business app enqueues an email to each
+# of the tenant's reviewers (keyed by the round, so telling twice is harmless).
 _notifiers: list[Callable] = []
 
 
@@ -54,21 +59,25 @@ def review_escalate(ctx) -> dict:
     if marked is None:
         return {"skipped": "the review ended or its clock restarted"}
     job, deadline = marked
-    for notifier in _notifiers:
-        notifier(job=job, deadline=deadline)
     return {"overdue": job.key, "round": round_, "reject_at": deadline.reject_at.isoformat()
             if deadline.reject_at else None}
 
 
 def _mark_overdue(*, job_id: int, round_: int, at: datetime | None):
+    """Mark the round overdue, schedule its reject step and tell the
+    reviewers, once: `(job, deadline)` — also when this round was marked
+    already — or None when the round is no longer the job's review."""
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         deadline = ReviewDeadline.objects.filter(job_id=job_id).first()
-        if (job is None or job.state != State.WAITING_REVIEW or deadline is None or deadline.round != round_
-                or deadline.overdue_at is not None):
+        if job is None or job.state != State.WAITING_REVIEW or deadline is None or deadline.round != round_:
             return None
+        if deadline.overdue_at is not None:
+            return job, deadline
         terms = review_terms(job)
-        deadline.overdue_at = at or deadline.due_at
+        # A timer moved behind the stay's start (a reschedule into the past)
+        # does not date the mark before the item was there to be reviewed.
+        deadline.overdue_at = max(at or deadline.due_at, deadline.entered_at)
         if terms.reject_after is not None:
             deadline.reject_at = deadline.overdue_at + timedelta(seconds=terms.reject_after)
         deadline.save(update_fields=["overdue_at", "reject_at"])
@@ -81,4 +90,6 @@ def _mark_overdue(*, job_id: int, round_: int, at: datetime | None):
                              "policy": terms.source})
         if deadline.reject_at is not None:
             escalation_timer(job, deadline, stage=REJECT, at=deadline.reject_at)
+        for notifier in _notifiers:
+            notifier(job=job, deadline=deadline)
     return job, deadline

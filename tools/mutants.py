@@ -598,6 +598,33 @@ MUTANTS: list[Mutant] = [
     Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
         Edit("review/decisions.py", "    if proposer and proposer == username:", "    if False:"),),
         ("tests/console/test_review_policy.py",)),
+    Mutant("review-round-per-stay", "each stay in review has rounds (and escalation keys) of its own", (
+        Edit("review/due.py",
+             "    stopped = ReviewDeadline.objects.filter(job_id=job.pk).update(due_at=None, overdue_at=None, reject_at=None)",
+             "    stopped, _ = ReviewDeadline.objects.filter(job_id=job.pk).delete()"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("review-overdue-once", "an overdue step run again marks and tells nothing more and answers as before", (
+        Edit("review/escalation.py", "            return job, deadline", "            return None",
+             after="        if deadline.overdue_at is not None:"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("review-overdue-not-before-stay", "an overdue time is never before the stay in review began", (
+        Edit("review/escalation.py", "max(at or deadline.due_at, deadline.entered_at)", "at or deadline.due_at"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("timer-reschedule-not-past", "an operator cannot reschedule a timer into the past", (
+        Edit("review/decisions.py", "    if scheduled_for < db_now():", "    if False:"),),
+        ("tests/console/test_review_clock_across_stays.py",)),
+    Mutant("claim-time-under-lock", "a claim's time is read once it holds the lock (never before the write it waited for)", (
+        Edit("jobs/store.py", "        # PostgreSQL: claim.py runs one statement (a short transaction with a",
+             "        early = _claim_clock(now)"),
+        Edit("jobs/store.py", "clock=_claim_clock(now), ttl=ttl, tenants=tenants,", "clock=early, ttl=ttl, tenants=tenants,"),),
+        ("tests/console/test_timeline_order.py",)),
+    Mutant("review-mail-reviewers-only", "review emails go to those who may review in the tenant, nobody else", (
+        Edit("company/review_notify.py", '    return not access.refusal(user, "approve", tenant=tenant_slug)', "    return True"),),
+        ("tests/company/test_review_recipients.py",)),
+    Mutant("review-mail-recipient-at-send", "a review email's recipient is asked for when it is sent", (
+        Edit("company/review_notify.py", '    user = reviewer_now(ctx.payload.get("user_id"), ctx.tenant)',
+             '    user = get_user_model().objects.filter(pk=ctx.payload.get("user_id")).first()'),),
+        ("tests/company/test_review_recipients.py::test_a_reviewer_demoted_after_the_digest_was_planned_gets_none",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),

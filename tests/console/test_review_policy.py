@@ -109,7 +109,7 @@ def test_a_first_correction_is_the_first_approval_and_waits_for_a_second_person(
 
     done = approve(corrected, rosa)
     assert done.state == "READY" and done.payload["to"] == "right@example.com"
-    assert pending(job) == [] and not ReviewDeadline.objects.filter(job=job).exists()
+    assert pending(job) == [] and ReviewDeadline.objects.get(job=job).due_at is None
 
 
 def test_a_correction_restarts_the_clock_when_the_policy_says_so(people):
@@ -149,7 +149,7 @@ def test_an_overdue_review_is_marked_reviewers_are_told_then_the_policy_rejects_
     assert outcome == {"rejected": "q-1"} and job.state == "CANCELLED"
     last = job.events.last()
     assert last.kind == "reject" and last.actor == "review policy" and "not decided in time" in last.reason
-    assert pending(job) == [] and not ReviewDeadline.objects.filter(job=job).exists()
+    assert pending(job) == [] and ReviewDeadline.objects.get(job=job).due_at is None
 
 
 def test_a_decision_cancels_the_reviews_timers_and_a_late_timer_does_nothing(people):

@@ -90,7 +90,9 @@ ROOT = Path(settings.BASE_DIR) if hasattr(settings, "BASE_DIR") else Path(__file
 REPLY_PROVIDER = "mailer"
 EMAIL_PROVIDER = "sim-lookup"
 DEMO_USERS = [
-    # (username, group, membership role, superuser)
+    # (username, group, membership role, superuser); each gets the address
+    # <username>@example.com, so the reviewer's digest and overdue emails
+    # have somewhere to go (the provider simulator's record shows them).
     ("admin", None, None, True),
     ("reviewer", "reviewers", Membership.Role.REVIEWER, False),
     ("operator", "operators", Membership.Role.OPERATOR, False),
@@ -610,8 +612,8 @@ class Command(BaseCommand):
             if User.objects.filter(username=username).exists():
                 states[username] = "existed, left unchanged"
                 continue
-            user = User.objects.create_user(username=username, password=password, is_staff=True,
-                                            is_superuser=superuser)
+            user = User.objects.create_user(username=username, email=f"{username}@example.com", password=password,
+                                            is_staff=True, is_superuser=superuser)
             if group_name:
                 user.groups.add(Group.objects.get_or_create(name=group_name)[0])
             if role:
