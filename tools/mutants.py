@@ -47,6 +47,7 @@ SCHEDULES = "tests/jobs/test_schedules.py"
 TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
 EFFECTS_IN_DOUBT = "tests/company/test_effects_in_doubt.py"
 DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
+FOUR_EYES = "tests/console/test_four_eyes_counts.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -561,6 +562,22 @@ MUTANTS: list[Mutant] = [
     Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
         Edit("review/decisions.py", "    if proposer and proposer == username:", "    if False:"),),
         ("tests/console/test_review_policy.py",)),
+    Mutant("four-eyes-correction-restarts", "a correction is the first approval of the payload it makes", (
+        Edit("review/decisions.py", "    earlier = approvals_so_far(job) if required > 1 and not correcting else []",
+             "    earlier = approvals_so_far(job) if required > 1 else []"),),
+        (f"{FOUR_EYES}::test_the_second_approvers_correction_is_a_first_approval_of_the_new_payload",)),
+    Mutant("four-eyes-before-correction", "approvals recorded before the newest correction do not count", (
+        Edit("review/decisions.py", '        if event.kind == "correction":', "        if False:"),),
+        (f"{FOUR_EYES}::test_the_second_approvers_correction_is_a_first_approval_of_the_new_payload",
+         f"{FOUR_EYES}::test_a_correction_of_a_corrected_payload_restarts_again")),
+    Mutant("four-eyes-current-stay", "only approvals of the current stay in review count", (
+        Edit("review/decisions.py", "JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS)",
+             "JobEvent.objects.filter(job_id=job.pk, kind__in=APPROVAL_KINDS)"),),
+        (f"{FOUR_EYES}::test_a_first_approval_of_an_earlier_stay_does_not_count_in_the_next",)),
+    Mutant("four-eyes-revoked-reviewer", "a reviewer whose role was revoked no longer counts", (
+        Edit("review/decisions.py", '            if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]',
+             "            if e.actor in approvers]"),),
+        (f"{FOUR_EYES}::test_a_revoked_reviewers_approval_does_not_count",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
