@@ -192,9 +192,13 @@ def _bulk(request, state: str):
             messages.error(request, f"Bulk decision refused: {exc}")
             back = request.POST.get("query", "")
             return redirect(reverse(f"{url_name}-bulk") + (f"?{back}" if back else ""))
-        messages.success(request, f"Batch {batch.pk} ({access.DECISIONS[batch.decision].label.lower()}): "
-                                  f"{batch.decided} decided, {batch.skipped} skipped because they moved since "
-                                  f"the preview, {batch.refused} refused.")
+        report = messages.success if batch.status == DecisionBatch.Status.DONE else messages.warning
+        report(request, f"Batch {batch.pk} ({access.DECISIONS[batch.decision].label.lower()}): "
+                        f"{batch.decided} decided, {batch.first_approvals} first approvals recorded (waiting for a "
+                        f"second reviewer), {batch.skipped} skipped because they moved since the preview, "
+                        f"{batch.refused} refused"
+                        + (f", {batch.unfinished} not decided because of an error: take the batch again to decide "
+                           f"them" if batch.unfinished else "") + ".")
         return redirect("console:batch", batch.pk)
     scope = access.request_scope(request)
     jobs, filters, problems = queue_jobs(request.user, state, request.GET, scope=scope)

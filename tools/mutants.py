@@ -48,6 +48,7 @@ TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
 EFFECTS_IN_DOUBT = "tests/company/test_effects_in_doubt.py"
 DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
 FOUR_EYES = "tests/console/test_four_eyes_counts.py"
+BULK_CUT = "tests/console/test_bulk_interrupted.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -574,6 +575,18 @@ MUTANTS: list[Mutant] = [
         Edit("review/decisions.py", "JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS)",
              "JobEvent.objects.filter(job_id=job.pk, kind__in=APPROVAL_KINDS)"),),
         (f"{FOUR_EYES}::test_a_first_approval_of_an_earlier_stay_does_not_count_in_the_next",)),
+    Mutant("bulk-first-approvals-apart", "a bulk approve counts a first approval of two apart from decided", (
+        Edit("review/bulk.py", "    return FIRST_APPROVAL if stayed else DECIDED", "    return DECIDED"),),
+        (f"{BULK_CUT}::test_under_four_eyes_a_bulk_approve_reports_first_approvals_apart",)),
+    Mutant("bulk-interrupted-item", "an item cut off by a database error leaves the batch interrupted, takeable", (
+        Edit("review/bulk.py", "        except DatabaseError as exc:", "        except ZeroDivisionError as exc:"),),
+        (f"{BULK_CUT}::test_a_deadlock_on_the_second_item_leaves_a_batch_that_says_so_and_is_taken_again",)),
+    Mutant("bulk-progress-per-item", "a bulk decision records each item's outcome before the next", (
+        Edit("review/bulk.py", "        _record(batch, outcome, final=False)", "        pass"),),
+        (f"{BULK_CUT}::test_a_killed_request_leaves_the_decided_items_recorded_and_the_batch_takeable_once_it_stalled",)),
+    Mutant("bulk-outcome-from-history", "a batch's outcome is read back from the histories naming it", (
+        Edit("review/bulk.py", "        outcome[str(job_id)] = _taken(stayed=from_state == to_state)", "        pass"),),
+        (f"{BULK_CUT}::test_an_item_decided_before_the_kill_recorded_it_is_reported_decided_not_moved",)),
     Mutant("four-eyes-revoked-reviewer", "a reviewer whose role was revoked no longer counts", (
         Edit("review/decisions.py", '            if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]',
              "            if e.actor in approvers]"),),
