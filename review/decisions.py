@@ -43,7 +43,7 @@ from .policy import POLICY_ACTOR, review_terms
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
            "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve",
            "job_cancel", "check_seen", "seen_event_from", "decision_text", "job_for_decision",
-           "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
+           "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_approval_given_before", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
            "timer_run_now", "timer_reschedule", "job_cancel_wait"]
 
 # The longest note or evidence a person may write on a decision: a few
@@ -211,6 +211,19 @@ def approvals_so_far(job: Job) -> list[JobEvent]:
         is_active=True, **{f"{get_user_model().USERNAME_FIELD}__in": {e.actor for e in since_correction}})}
     return [e for e in reversed(since_correction)
             if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]
+
+
+def job_approval_given_before(*, tenant: str, key: str, actor: str, reason: str, required: int,
+                              detail: dict | None = None) -> Job:
+    """Record an approval `actor` gave before the job existed, on the
+    business record whose approval caused it (a quote's, for its email), as
+    the first approval of the job's stay in review: the policy of the job's
+    action counts it like one given in the console (while `actor` may
+    approve), and another person's approval releases the job. The caller
+    created the job in WAITING_REVIEW, in its transaction."""
+    return interventions.job_note(tenant=tenant, key=key, kind="approval", state=State.WAITING_REVIEW, actor=actor,
+                                  reason=reason, detail={"decision": "approve", **(detail or {}),
+                                                         "approvals": [actor], "required": required, "approval": 1})
 
 
 def _approval_stage(job: Job, user, *, correcting: bool = False) -> tuple[int, list[JobEvent]]:

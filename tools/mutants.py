@@ -587,6 +587,12 @@ MUTANTS: list[Mutant] = [
     Mutant("bulk-outcome-from-history", "a batch's outcome is read back from the histories naming it", (
         Edit("review/bulk.py", "        outcome[str(job_id)] = _taken(stayed=from_state == to_state)", "        pass"),),
         (f"{BULK_CUT}::test_an_item_decided_before_the_kill_recorded_it_is_reported_decided_not_moved",)),
+    Mutant("quote-approval-under-send-policy", "a two-approver policy on company.send_quote holds an approved quote's email for a second reviewer", (
+        Edit("company/review.py", "    if required > 1:", "    if False:", after="def quote_send_enqueue("),),
+        ("tests/company/test_quote_four_eyes.py",)),
+    Mutant("quote-approver-is-first-approval", "the quote's approver counts as the email's first approval", (
+        Edit("company/review.py", "    if created and review is not None:", "    if False:"),),
+        ("tests/company/test_quote_four_eyes.py::test_under_two_approvers_the_quote_approval_is_the_first_and_the_email_waits_for_a_second",)),
     Mutant("four-eyes-revoked-reviewer", "a reviewer whose role was revoked no longer counts", (
         Edit("review/decisions.py", '            if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]',
              "            if e.actor in approvers]"),),
