@@ -240,8 +240,12 @@ def batch_page(request, batch_id):
     jobs = {job.pk: job for job in scope.filter(Job.objects.filter(pk__in=[i for i, _ in batch.items]))}
     rows = [{"job": jobs.get(job_id), "job_id": job_id, "outcome": batch.outcome.get(str(job_id), "not taken")}
             for job_id, _ in batch.items]
+    # Its user may take a batch cut off half-way again (the token is theirs alone).
+    unfinished = batch.status in (DecisionBatch.Status.TAKING, DecisionBatch.Status.INTERRUPTED)
+    retake_url = (reverse(f"{QUEUES[batch.queue][0]}-bulk")
+                  if unfinished and batch.user_id == request.user.pk and batch.queue in QUEUES else "")
     return TemplateResponse(request, "console/batch.html", console_context(
-        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows,
+        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows, retake_url=retake_url,
         label=access.DECISIONS[batch.decision].label if batch.decision else "",
     ))
 

@@ -57,7 +57,8 @@ def states(jobs):
     return [Job.objects.get(pk=j.pk).state for j in jobs]
 
 
-def test_a_deadlock_on_the_second_item_leaves_a_batch_that_says_so_and_is_taken_again(people, cut_on_second):
+def test_a_deadlock_on_the_second_item_leaves_a_batch_that_says_so_and_is_taken_again(client, people,
+                                                                                     cut_on_second):
     jobs, batch = three_items(people)
     cut_on_second(OperationalError("deadlock detected"))
 
@@ -68,7 +69,18 @@ def test_a_deadlock_on_the_second_item_leaves_a_batch_that_says_so_and_is_taken_
     assert (taken.decided, taken.skipped, taken.refused, taken.unfinished) == (2, 0, 0, 1)
     assert taken.outcome[str(jobs[1].pk)].startswith("interrupted: deadlock detected")
 
-    again = bulk.batch_take(token=batch.token, user=people["reviewer"], decision="approve", note="all checked")
+    # Its page says so, and offers its user to take it again.
+    client.force_login(people["reviewer"])
+    page = client.get(f"/admin/console/batches/{batch.pk}/").content.decode()
+    assert "<strong>1</strong> not decided" in page and "This batch was interrupted" in page
+    assert "Approve the items left" in page
+    client.force_login(people["operator"])
+    assert "the items left" not in client.get(f"/admin/console/batches/{batch.pk}/").content.decode()
+    client.force_login(people["reviewer"])
+    response = client.post("/admin/console/review/bulk/", {"token": batch.token, "decision": "approve",
+                                                           "note": "all checked"})
+    assert response.status_code == 302
+    again = DecisionBatch.objects.get(pk=batch.pk)
     assert states(jobs) == ["READY"] * 3
     assert again.status == DecisionBatch.Status.DONE
     assert (again.decided, again.skipped, again.refused, again.unfinished) == (3, 0, 0, 0)
