@@ -528,8 +528,8 @@ MUTANTS: list[Mutant] = [
         ("tests/gateway/test_callbacks.py::test_a_decision_and_the_outcome_reach_the_agent_signed_each_once",)),
     Mutant("bulk-seen-state", "a bulk decision is conditional on the state each item had in its preview", (
         Edit("review/bulk.py",
-             "            service(job_id=job_id, user=user, note=note, seen_event=seen_event, batch=batch.pk)",
-             "            service(job_id=job_id, user=user, note=note, batch=batch.pk, seen_event=JobEvent.objects"
+             "            changed = service(job_id=job_id, user=user, note=batch.note, seen_event=seen_event, batch=batch.pk)",
+             "            changed = service(job_id=job_id, user=user, note=batch.note, batch=batch.pk, seen_event=JobEvent.objects"
              ".filter(job_id=job_id).order_by('-id').values_list('id', flat=True).first())"),),
         ("tests/console/test_queues.py::test_a_bulk_approve_decides_the_previewed_set_and_skips_an_item_that_moved",
          "tests/console/test_queues.py::test_bulk_retry_and_cancel_are_the_operators_and_obey_the_same_rules")),
