@@ -20,7 +20,7 @@ from jobs.selectors import job_by_key
 from review.masking import MASK, job_masker
 
 from .models import Customer, Invoice, Proposal, Quote, ReviewPolicy, TenantPolicy
-from .review import TENANT_FIELD, quote_approve_by
+from .review import TENANT_FIELD, quote_approve_by, quote_send_approvals
 from .services import QuoteStateError
 
 
@@ -95,7 +95,10 @@ class QuoteAdmin(CompanyAdmin):
             except (DecisionRefused, QuoteStateError) as exc:
                 self.message_user(request, f"{quote.number}: {exc}", messages.ERROR)
             else:
-                self.message_user(request, f"quote {quote.number} approved; its email is queued")
+                required = quote_send_approvals(quote.tenant.slug)
+                self.message_user(request, f"quote {quote.number} approved; its email is queued" if required == 1 else
+                                  f"quote {quote.number} approved; its email waits for a second reviewer's "
+                                  f"approval in the review queue (its review policy needs {required} approvals)")
 
 
 @admin.register(Invoice)

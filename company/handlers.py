@@ -30,7 +30,6 @@ from jobs.errors import PermanentError
 from jobs.outbox import outbox_consumer
 from jobs.retry import RetryPolicy
 from jobs.selectors import wake_detail
-from jobs.store import Store
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
 from operations.models import Receipt
 from operations.handlers import PROVIDER_PATTERN
@@ -41,6 +40,7 @@ from .agent import agent_propose
 from .emails import invoice_reminder_email, quote_email, quote_follow_up_email
 from .models import Invoice, Quote, Tenant
 from .previews import send_invoice_reminder_preview, send_quote_follow_up_preview, send_quote_preview
+from .review import quote_send_enqueue
 from .names import (
     AGENT_RUN,
     INVOICE,
@@ -52,7 +52,6 @@ from .names import (
     SEND_QUOTE,
     SEND_QUOTE_FOLLOW_UP,
     quote_follow_up_key,
-    quote_send_key,
 )
 from .services import (
     QuoteStateError,
@@ -242,10 +241,12 @@ register_subject(QUOTE, loader=load_quote)
 @outbox_consumer("quote.approved")
 def enqueue_quote_email(event) -> None:
     """One `send-quote-<number>` job per approved quote, however often the
-    event is delivered (enqueue is idempotent per key)."""
-    Store().enqueue(event.tenant, quote_send_key(event.payload["number"]), action=SEND_QUOTE,
-                    subject_type=QUOTE, subject_id=event.aggregate_id, subject_version=event.payload["version"],
-                    actor=f"outbox:{event.id}", reason=f"quote {event.payload['number']} was approved")
+    event is delivered (enqueue is idempotent per key), held for review
+    when the email's policy needs more approvals than the quote's
+    (`company.review.quote_send_enqueue`)."""
+    quote_send_enqueue(tenant=event.tenant, number=event.payload["number"], quote_id=event.aggregate_id,
+                       version=event.payload["version"], approver=event.payload.get("actor", ""),
+                       actor=f"outbox:{event.id}")
 
 
 @outbox_consumer("quote.accepted")

@@ -11,7 +11,7 @@ from review.policy import ReviewTerms
 
 from .models import ReviewPolicy, Tenant
 
-__all__ = ["review_terms_for", "review_policy_set"]
+__all__ = ["review_terms_for", "review_terms_of", "review_policy_set"]
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -19,17 +19,22 @@ def _seconds(value: timedelta | None) -> float | None:
 
 
 def review_terms_for(job) -> ReviewTerms:
-    """The terms of `job`'s review: its action's row, else the tenant's
-    default row, else one approval and no due time (one query, served by
-    the unique constraint on (tenant, action))."""
-    rows = {p.action: p for p in ReviewPolicy.objects.filter(tenant__slug=job.tenant, action__in=[job.action, ""])}
-    policy = rows.get(job.action) or rows.get("")
+    """The terms of `job`'s review (`review_terms_of` its tenant and action)."""
+    return review_terms_of(job.tenant, job.action)
+
+
+def review_terms_of(tenant: str, action: str) -> ReviewTerms:
+    """The review terms of `action` in `tenant` (its slug): the action's
+    row, else the tenant's default row, else one approval and no due time
+    (one query, served by the unique constraint on (tenant, action))."""
+    rows = {p.action: p for p in ReviewPolicy.objects.filter(tenant__slug=tenant, action__in=[action, ""])}
+    policy = rows.get(action) or rows.get("")
     if policy is None:
         return ReviewTerms()
     return ReviewTerms(approvals=policy.approvals, due_after=_seconds(policy.due_after),
                        reject_after=_seconds(policy.reject_after),
                        reset_on_correction=policy.reset_due_on_correction,
-                       source=f"{job.tenant}/{policy.action or 'default'}")
+                       source=f"{tenant}/{policy.action or 'default'}")
 
 
 @transaction.atomic

@@ -193,9 +193,13 @@ def _bulk(request, state: str):
             messages.error(request, f"Bulk decision refused: {exc}")
             back = request.POST.get("query", "")
             return redirect(reverse(f"{url_name}-bulk") + (f"?{back}" if back else ""))
-        messages.success(request, f"Batch {batch.pk} ({access.DECISIONS[batch.decision].label.lower()}): "
-                                  f"{batch.decided} decided, {batch.skipped} skipped because they moved since "
-                                  f"the preview, {batch.refused} refused.")
+        report = messages.success if batch.status == DecisionBatch.Status.DONE else messages.warning
+        report(request, f"Batch {batch.pk} ({access.DECISIONS[batch.decision].label.lower()}): "
+                        f"{batch.decided} decided, {batch.first_approvals} first approvals recorded (waiting for a "
+                        f"second reviewer), {batch.skipped} skipped because they moved since the preview, "
+                        f"{batch.refused} refused"
+                        + (f", {batch.unfinished} not decided because of an error: take the batch again to decide "
+                           f"them" if batch.unfinished else "") + ".")
         return redirect("console:batch", batch.pk)
     scope = access.request_scope(request)
     jobs, filters, problems = queue_jobs(request.user, state, request.GET, scope=scope)
@@ -245,8 +249,12 @@ def batch_page(request, batch_id):
     jobs = {job.pk: job for job in scope.filter(Job.objects.filter(pk__in=[i for i, _ in batch.items]))}
     rows = [{"job": jobs.get(job_id), "job_id": job_id, "outcome": batch.outcome.get(str(job_id), "not taken")}
             for job_id, _ in batch.items]
+    # Its user may take a batch cut off half-way again (the token is theirs alone).
+    unfinished = batch.status in (DecisionBatch.Status.TAKING, DecisionBatch.Status.INTERRUPTED)
+    retake_url = (reverse(f"{QUEUES[batch.queue][0]}-bulk")
+                  if unfinished and batch.user_id == request.user.pk and batch.queue in QUEUES else "")
     return TemplateResponse(request, "console/batch.html", console_context(
-        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows, query=query,
+        request, title=f"Decision batch {batch.pk}", batch=batch, rows=rows, query=query, retake_url=retake_url,
         label=access.DECISIONS[batch.decision].label if batch.decision else "",
     ))
 

@@ -488,6 +488,12 @@ class DecisionBatch(models.Model):
 
     class Status(models.TextChoices):
         PREVIEWED = "PREVIEWED", "Previewed"
+        # Being taken (or cut off while it was: a request that died leaves
+        # it here, and its user may take it again once it stalled).
+        TAKING = "TAKING", "Being taken"
+        # Taken, but an item hit an error (a deadlock, a lost connection):
+        # its user may take it again for the items left.
+        INTERRUPTED = "INTERRUPTED", "Interrupted"
         DONE = "DONE", "Done"
 
     # The secret the preview page hands its form: only its user may take
@@ -502,13 +508,20 @@ class DecisionBatch(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PREVIEWED)
     decision = models.CharField(max_length=20, blank=True, default="")
     note = models.TextField(blank=True, default="")
-    # {job id: "decided" | "moved: …" | "refused: …"} once taken.
+    # {job id: "decided" | "first approval recorded" | "moved: …" |
+    # "refused: …" | "interrupted: …"}, item by item as it is taken; an
+    # item without one was not taken yet.
     outcome = models.JSONField(default=dict, blank=True)
     decided = models.PositiveIntegerField(default=0)
+    # Approvals recorded as the first of two (the item stays in review).
+    first_approvals = models.PositiveIntegerField(default=0)
     skipped = models.PositiveIntegerField(default=0)
     refused = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     taken_at = models.DateTimeField(null=True, blank=True)
+    # When the take last finished an item: a batch TAKING that has not moved
+    # for a while was cut off.
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "decision batches"
@@ -516,3 +529,8 @@ class DecisionBatch(models.Model):
     def __str__(self):
         what = self.decision or "preview"
         return f"batch {self.pk}: {what} of {len(self.items)} item(s) [{self.status}]"
+
+    @property
+    def unfinished(self) -> int:
+        """Items not (yet) decided, skipped or refused: not reached, or interrupted."""
+        return len(self.items) - self.decided - self.first_approvals - self.skipped - self.refused

@@ -20,6 +20,7 @@ Every decision here:
 
 from collections.abc import Callable
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
 
@@ -42,7 +43,7 @@ from .policy import POLICY_ACTOR, review_terms
 __all__ = ["AlreadyDecided", "DecisionRefused", "register_guard", "guard_refusal", "job_approve", "job_reject",
            "job_correct_and_approve", "CorrectionInvalid", "line_breaks_normalised", "job_retry", "job_resolve",
            "job_cancel", "check_seen", "seen_event_from", "decision_text", "job_for_decision",
-           "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
+           "NOTE_MAX_CHARS", "proposer_of", "approvals_so_far", "job_approval_given_before", "job_reject_by_policy", "APPROVAL_KINDS", "job_timers",
            "timer_run_now", "timer_reschedule", "job_cancel_wait"]
 
 # The longest note or evidence a person may write on a decision: a few
@@ -189,27 +190,54 @@ def proposer_of(job: Job) -> str:
 
 
 def approvals_so_far(job: Job) -> list[JobEvent]:
-    """The first approvals (as is or corrected) of the job's current stay in
-    review, oldest first: events of `APPROVAL_KINDS` after the newest one that
-    brought it into review (index `jobevent_job_id`)."""
+    """The first approvals that count towards releasing the job as it is
+    now, oldest first: of its current stay in review (events of
+    `APPROVAL_KINDS` after the newest one that brought it into review,
+    index `jobevent_job_id`), none older than the newest correction (a
+    correction restarts the approvals: its own author is the first approver
+    of the payload it made), and only by people who may still approve the
+    job (a reviewer whose role was revoked, deactivated or deleted since no
+    longer counts)."""
     entered = (JobEvent.objects.filter(job_id=job.pk, to_state=State.WAITING_REVIEW)
                .exclude(from_state=State.WAITING_REVIEW).order_by("-id").values_list("id", flat=True).first())
     if entered is None:
         return []
-    # Bounded: a policy asks for at most two approvals, so a handful is every one that counts.
-    return list(JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS).order_by("id")[:10])
+    since_correction: list[JobEvent] = []
+    for event in JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS).order_by("-id"):
+        since_correction.append(event)
+        if event.kind == "correction":
+            break
+    approvers = {u.get_username(): u for u in get_user_model().objects.filter(
+        is_active=True, **{f"{get_user_model().USERNAME_FIELD}__in": {e.actor for e in since_correction}})}
+    return [e for e in reversed(since_correction)
+            if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]
 
 
-def _approval_stage(job: Job, user) -> tuple[int, list[JobEvent]]:
-    """(approvals the policy requires, first approvals so far), after the
-    four-eyes rules: the proposer never approves their own proposal, and
-    nobody approves twice. Raises `DecisionRefused`."""
+def job_approval_given_before(*, tenant: str, key: str, actor: str, reason: str, required: int,
+                              detail: dict | None = None) -> Job:
+    """Record an approval `actor` gave before the job existed, on the
+    business record whose approval caused it (a quote's, for its email), as
+    the first approval of the job's stay in review: the policy of the job's
+    action counts it like one given in the console (while `actor` may
+    approve), and another person's approval releases the job. The caller
+    created the job in WAITING_REVIEW, in its transaction."""
+    return interventions.job_note(tenant=tenant, key=key, kind="approval", state=State.WAITING_REVIEW, actor=actor,
+                                  reason=reason, detail={"decision": "approve", **(detail or {}),
+                                                         "approvals": [actor], "required": required, "approval": 1})
+
+
+def _approval_stage(job: Job, user, *, correcting: bool = False) -> tuple[int, list[JobEvent]]:
+    """(approvals the policy requires, first approvals that count so far),
+    after the four-eyes rules: the proposer never approves their own
+    proposal, and nobody approves one payload twice. A correction starts the
+    count again (`correcting`: no earlier approval is of its payload).
+    Raises `DecisionRefused`."""
     username = user.get_username()
     proposer = proposer_of(job)
     if proposer and proposer == username:
         raise DecisionRefused(f"you proposed this item ({proposer}); another reviewer must approve it")
     required = max(1, review_terms(job).approvals)
-    earlier = approvals_so_far(job) if required > 1 else []
+    earlier = approvals_so_far(job) if required > 1 and not correcting else []
     for event in earlier:
         if event.actor == username:
             raise DecisionRefused(
@@ -297,15 +325,17 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
     handler performs the corrected request as a new operation (a new id);
     earlier ones stay as evidence. Refused (by the guards other apps
     register) while any external call of the job may have reached the
-    provider. Under a two-approval policy the first correction is the
-    first approval (the job stays in review with the corrected payload).
+    provider. Under a two-approval policy a correction restarts the
+    approvals: it is the first approval of the payload it makes (the job
+    stays in review with it, whoever approved the payload before), and
+    another reviewer's approval of the corrected payload releases it.
     Raises `DecisionRefused` (also for invalid or unchanged fields, the
-    proposer's own proposal, a second approval by the same person),
+    proposer's own proposal),
     `AlreadyDecided`, `Http404`.
     """
 
     def run(job, actor, note):
-        required, earlier = _approval_stage(job, user)
+        required, earlier = _approval_stage(job, user, correcting=True)
         form = correction_form(job, data)
         if form is None:
             raise DecisionRefused(f"action {job.action} declares no correctable fields; approve or reject it")
@@ -332,8 +362,8 @@ def job_correct_and_approve(*, job_id: int, user, note: str, seen_event: int | N
         detail = {"decision": "correct", "correction": correction, "revision": revision,
                   **_approvals_detail(earlier, actor, required)}
         if len(earlier) + 1 < required:
-            # The first of two approvals, edited: the corrected payload waits
-            # for the second; the clock goes on unless the policy restarts it.
+            # The first approval of the corrected payload: it waits for a
+            # second person; the clock goes on unless the policy restarts it.
             changed = interventions.job_note(tenant=job.tenant, key=job.key, kind="correction", state=State.WAITING_REVIEW,
                                    reason=note, actor=actor, payload=payload,
                                    detail={**detail, "approval": len(earlier) + 1})

@@ -52,6 +52,8 @@ TASKS_CONFORMANCE = "tests/jobs/tasks_conformance"
 EFFECTS_IN_DOUBT = "tests/company/test_effects_in_doubt.py"
 DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
 MASKING_EVERYWHERE = "tests/console/test_masking_everywhere.py"
+FOUR_EYES = "tests/console/test_four_eyes_counts.py"
+BULK_CUT = "tests/console/test_bulk_interrupted.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -531,8 +533,8 @@ MUTANTS: list[Mutant] = [
         ("tests/gateway/test_callbacks.py::test_a_decision_and_the_outcome_reach_the_agent_signed_each_once",)),
     Mutant("bulk-seen-state", "a bulk decision is conditional on the state each item had in its preview", (
         Edit("review/bulk.py",
-             "            service(job_id=job_id, user=user, note=note, seen_event=seen_event, batch=batch.pk)",
-             "            service(job_id=job_id, user=user, note=note, batch=batch.pk, seen_event=JobEvent.objects"
+             "            changed = service(job_id=job_id, user=user, note=batch.note, seen_event=seen_event, batch=batch.pk)",
+             "            changed = service(job_id=job_id, user=user, note=batch.note, batch=batch.pk, seen_event=JobEvent.objects"
              ".filter(job_id=job_id).order_by('-id').values_list('id', flat=True).first())"),),
         ("tests/console/test_queues.py::test_a_bulk_approve_decides_the_previewed_set_and_skips_an_item_that_moved",
          "tests/console/test_queues.py::test_bulk_retry_and_cancel_are_the_operators_and_obey_the_same_rules")),
@@ -625,6 +627,40 @@ MUTANTS: list[Mutant] = [
         Edit("company/review_notify.py", '    user = reviewer_now(ctx.payload.get("user_id"), ctx.tenant)',
              '    user = get_user_model().objects.filter(pk=ctx.payload.get("user_id")).first()'),),
         ("tests/company/test_review_recipients.py::test_a_reviewer_demoted_after_the_digest_was_planned_gets_none",)),
+    Mutant("four-eyes-correction-restarts", "a correction is the first approval of the payload it makes", (
+        Edit("review/decisions.py", "    earlier = approvals_so_far(job) if required > 1 and not correcting else []",
+             "    earlier = approvals_so_far(job) if required > 1 else []"),),
+        (f"{FOUR_EYES}::test_the_second_approvers_correction_is_a_first_approval_of_the_new_payload",)),
+    Mutant("four-eyes-before-correction", "approvals recorded before the newest correction do not count", (
+        Edit("review/decisions.py", '        if event.kind == "correction":', "        if False:"),),
+        (f"{FOUR_EYES}::test_the_second_approvers_correction_is_a_first_approval_of_the_new_payload",
+         f"{FOUR_EYES}::test_a_correction_of_a_corrected_payload_restarts_again")),
+    Mutant("four-eyes-current-stay", "only approvals of the current stay in review count", (
+        Edit("review/decisions.py", "JobEvent.objects.filter(job_id=job.pk, id__gt=entered, kind__in=APPROVAL_KINDS)",
+             "JobEvent.objects.filter(job_id=job.pk, kind__in=APPROVAL_KINDS)"),),
+        (f"{FOUR_EYES}::test_a_first_approval_of_an_earlier_stay_does_not_count_in_the_next",)),
+    Mutant("bulk-first-approvals-apart", "a bulk approve counts a first approval of two apart from decided", (
+        Edit("review/bulk.py", "    return FIRST_APPROVAL if stayed else DECIDED", "    return DECIDED"),),
+        (f"{BULK_CUT}::test_under_four_eyes_a_bulk_approve_reports_first_approvals_apart",)),
+    Mutant("bulk-interrupted-item", "an item cut off by a database error leaves the batch interrupted, takeable", (
+        Edit("review/bulk.py", "        except DatabaseError as exc:", "        except ZeroDivisionError as exc:"),),
+        (f"{BULK_CUT}::test_a_deadlock_on_the_second_item_leaves_a_batch_that_says_so_and_is_taken_again",)),
+    Mutant("bulk-progress-per-item", "a bulk decision records each item's outcome before the next", (
+        Edit("review/bulk.py", "        _record(batch, outcome, final=False)", "        pass"),),
+        (f"{BULK_CUT}::test_a_killed_request_leaves_the_decided_items_recorded_and_the_batch_takeable_once_it_stalled",)),
+    Mutant("bulk-outcome-from-history", "a batch's outcome is read back from the histories naming it", (
+        Edit("review/bulk.py", "        outcome[str(job_id)] = _taken(stayed=from_state == to_state)", "        pass"),),
+        (f"{BULK_CUT}::test_an_item_decided_before_the_kill_recorded_it_is_reported_decided_not_moved",)),
+    Mutant("quote-approval-under-send-policy", "a two-approver policy on company.send_quote holds an approved quote's email for a second reviewer", (
+        Edit("company/review.py", "    if required > 1:", "    if False:", after="def quote_send_enqueue("),),
+        ("tests/company/test_quote_four_eyes.py",)),
+    Mutant("quote-approver-is-first-approval", "the quote's approver counts as the email's first approval", (
+        Edit("company/review.py", "    if created and review is not None:", "    if False:"),),
+        ("tests/company/test_quote_four_eyes.py::test_under_two_approvers_the_quote_approval_is_the_first_and_the_email_waits_for_a_second",)),
+    Mutant("four-eyes-revoked-reviewer", "a reviewer whose role was revoked no longer counts", (
+        Edit("review/decisions.py", '            if e.actor in approvers and access.may(approvers[e.actor], "approve", job)]',
+             "            if e.actor in approvers]"),),
+        (f"{FOUR_EYES}::test_a_revoked_reviewers_approval_does_not_count",)),
     Mutant("digest-once-per-period", "a reviewer's digest is keyed by the period, not by when it was planned", (
         Edit("company/review_notify.py", 'f"review-digests-{tenant.slug}-{start:%Y%m%dT%H%M%SZ}"',
              'f"review-digests-{tenant.slug}-{at:%Y%m%dT%H%M%S%fZ}"'),
