@@ -351,6 +351,11 @@ MUTANTS: list[Mutant] = [
     Mutant("task-return-not-retried", "a task whose return value JSON cannot hold fails once and never runs again", (
         Edit("jobs/tasks_backend.py", "        raise TaskReturnRefused(exc) from exc", "        raise TaskRaised(exc) from exc"),),
         (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_non_json_return_value_does_not_run_the_task_again",)),
+    Mutant("task-return-normalized", "a task's return value is normalized as django-tasks does (bytes as text, "
+           "tuples as lists)", (
+        Edit("jobs/tasks_backend.py", "        stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))",
+             "        stored = json.loads(json.dumps(value, allow_nan=False))"),),
+        (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_return_value_is_normalized_as_django_tasks_does",)),
     Mutant("task-finished-exception", "a failed task's `task_finished` is sent while the task's own exception is "
            "handled (logger.exception reports it)", (
         Edit("jobs/tasks_backend.py", "        _while_handling(original, send)", "        send()"),),
