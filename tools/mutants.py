@@ -210,6 +210,12 @@ MUTANTS: list[Mutant] = [
     Mutant("enqueue-many-keeps-the-last", "a key given twice to enqueue_many keeps its first spec (PostgreSQL)", (
         Edit("jobs/sql/enqueue.sql", "ORDER BY tenant, key, n", "ORDER BY tenant, key, n DESC"),),
         ("tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given",), postgres=True),
+    Mutant("enqueue-lock-order", "concurrent enqueues lock the search rows in (tenant, key) order, before the "
+           "jobs and their tenant's ready row (PostgreSQL)", (
+        Edit("jobs/sql/enqueue.sql", "    SELECT id, tenant, key, search_text FROM numbered ORDER BY tenant, key",
+             "    SELECT id, tenant, key, search_text FROM numbered ORDER BY n"),
+        Edit("jobs/store.py", "    if _is_postgres():", "    if False:", after="def _insert_with_search_row("),),
+        ("tests/jobs/test_enqueue_race_pg.py",), postgres=True),
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
         ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
