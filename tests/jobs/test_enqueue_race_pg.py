@@ -5,48 +5,24 @@ so two callers racing for the same keys wait for each other, never deadlock,
 and the loser of a race gets the winner's job."""
 
 import threading
-from contextlib import contextmanager
 
 import pytest
-from django.db import connection, transaction
-
 from jobs.models import Job, JobSearch
 from jobs.store import JobSpec
-from tests.support import in_thread, wait_for, waiting_on_locks
+from tests.support import held_open, in_thread, wait_for, waiting_on_locks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@contextmanager
 def keys_held(tenant: str, keys: list[str], *, until_waiting: int):
     """Another transaction holds the search rows of `keys` (inserted, not
     committed) until `until_waiting` backends wait on them, then rolls back:
     every waiter wakes at the same moment and the race is run."""
-    done, inside, outcome = threading.Event(), threading.Event(), {}
-
     def hold():
-        try:
-            with transaction.atomic():
-                for n, key in enumerate(keys):
-                    JobSearch.objects.create(job_id=-1 - n, tenant=tenant, key=key)
-                inside.set()
-                done.wait(60)
-                transaction.set_rollback(True)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            outcome["error"] = exc
-            inside.set()
-        finally:
-            connection.close()
+        for n, key in enumerate(keys):
+            JobSearch.objects.create(job_id=-1 - n, tenant=tenant, key=key)
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert inside.wait(30) and "error" not in outcome, outcome.get("error")
-    try:
-        yield
-        wait_for(lambda: waiting_on_locks() >= until_waiting, what="both enqueues to wait on the held keys")
-    finally:
-        done.set()
-        holder.join(60)
+    return held_open(hold, until_waiting=until_waiting, rollback=True)
 
 
 def test_two_bulk_enqueues_of_the_same_keys_in_opposite_orders_both_end_without_deadlock(store):
