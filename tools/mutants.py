@@ -357,6 +357,15 @@ MUTANTS: list[Mutant] = [
     Mutant("task-return-not-retried", "a task whose return value JSON cannot hold fails once and never runs again", (
         Edit("jobs/tasks_backend.py", "        raise TaskReturnRefused(exc) from exc", "        raise TaskRaised(exc) from exc"),),
         (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_non_json_return_value_does_not_run_the_task_again",)),
+    Mutant("reminder-on-the-invoice", "an invoice already reminded (on its record) is not reminded again after "
+           "retention deleted its job", (
+        Edit("company/services.py", "    if invoice.reminded_at is not None:", "    if False:"),),
+        ("tests/company/test_invoice_reminders.py::"
+         "test_a_reminded_invoice_is_not_reminded_again_after_retention_deleted_its_job",)),
+    Mutant("follow-up-on-the-quote", "a quote already followed up (on its record) is not followed up again", (
+        Edit("company/handlers.py", "        if quote.followed_up_at is not None:", "        if False:"),),
+        ("tests/company/test_quote_flow.py::"
+         "test_a_followed_up_quote_is_not_followed_up_again_after_retention_deleted_the_follow_up_job",)),
     Mutant("task-return-normalized", "a task's return value is normalized as django-tasks does (bytes as text, "
            "tuples as lists)", (
         Edit("jobs/tasks_backend.py", "        stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))",
