@@ -357,6 +357,15 @@ MUTANTS: list[Mutant] = [
     Mutant("task-return-not-retried", "a task whose return value JSON cannot hold fails once and never runs again", (
         Edit("jobs/tasks_backend.py", "        raise TaskReturnRefused(exc) from exc", "        raise TaskRaised(exc) from exc"),),
         (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_non_json_return_value_does_not_run_the_task_again",)),
+    Mutant("intent-key-random", "the provider's idempotency key and client reference are derived from the "
+           "obligation, not random: a send repeated after a lost commit is one message", (
+        Edit("operations/protocol.py",
+             "                intent_key=intent_key(tenant=ctx.tenant, job_key=job.key, step=step, digest=digest),",
+             "                intent_key=str(__import__('uuid').uuid4()),"),),
+        ("tests/operations/test_lost_commit.py",)),
+    Mutant("lookup-before-first-send", "a lookup-only provider so configured is asked before a first send", (
+        Edit("operations/protocol.py", "        if _looks_up_before_first_send(connector):", "        if False:"),),
+        ("tests/operations/test_lost_commit.py",)),
     Mutant("reminder-on-the-invoice", "an invoice already reminded (on its record) is not reminded again after "
            "retention deleted its job", (
         Edit("company/services.py", "    if invoice.reminded_at is not None:", "    if False:"),),
