@@ -51,15 +51,18 @@ def approved_quotes_not_sent(tenant: Tenant, now: datetime) -> Iterator[Idea]:
 
 def sent_quotes_without_reply(tenant: Tenant, now: datetime) -> Iterator[Idea]:
     cutoff = now - tenant_policy(tenant).quote_follow_up_after
-    for quote in Quote.objects.filter(tenant=tenant, status=Quote.Status.SENT, sent_at__lte=cutoff):
+    for quote in Quote.objects.filter(tenant=tenant, status=Quote.Status.SENT, sent_at__lte=cutoff,
+                                        followed_up_at__isnull=True):
         yield Idea(SEND_QUOTE_FOLLOW_UP, quote_follow_up_key(quote.number),
                    f"quote {quote.number} was sent on {quote.sent_at:%Y-%m-%d} and the customer has not replied",
                    QUOTE, quote.pk, quote.version)
 
 
 def overdue_invoices(tenant: Tenant, now: datetime) -> Iterator[Idea]:
+    # What invoice_not_to_remind says, as a query: open, not suppressed, not reminded yet.
     overdue = (Invoice.objects.filter(tenant=tenant, balance__gt=0, due_date__lt=now.date(),
-                                      customer__suppressed=False).select_related("customer"))
+                                      customer__suppressed=False, reminded_at__isnull=True)
+               .select_related("customer"))
     for invoice in overdue:
         yield Idea(SEND_INVOICE_REMINDER, invoice_reminder_key(invoice.number),
                    f"invoice {invoice.number} was due on {invoice.due_date.isoformat()} and {invoice.balance} is "

@@ -57,10 +57,12 @@ from .services import (
     QuoteStateError,
     invoice_not_to_remind,
     invoice_reminder_at,
+    invoice_mark_reminded,
     invoice_reminder_plan,
     proposal_submit,
     quote_accept,
     quote_decline,
+    quote_mark_followed_up,
     quote_mark_sent,
     tenant_policy,
 )
@@ -211,11 +213,18 @@ def send_quote_follow_up(ctx: JobContext):
     wake = wake_detail(ctx.job)
     if wake and "inbound_event" in wake:
         return _apply_reply(quote, wake)
+    if sent is not None:
+        quote_mark_followed_up(quote=quote)
     if quote.status != QS.SENT:
         return {"quote": quote.number, "status": quote.status, "follow_up_sent": sent is not None,
                 **(_held(sent) if sent else {})}
     if sent is None:
+        if quote.followed_up_at is not None:
+            # Followed up by an earlier job of this key (since deleted by retention).
+            return {"quote": quote.number, "status": quote.status, "follow_up_sent": False,
+                    "reason": f"quote {quote.number} was already followed up on {quote.followed_up_at:%Y-%m-%d}"}
         _send_once(ctx, step="follow-up", render=lambda: quote_follow_up_email(quote))
+        quote_mark_followed_up(quote=quote)
     return Wait.external(f"customer's reply to the follow-up on quote {quote.number}", provider=reply_provider())
 
 
@@ -330,6 +339,8 @@ def send_invoice_reminder(ctx: JobContext):
     if sent is not None:
         # The provider holds it (accepted before the record changed, say):
         # that is the outcome, whatever the record says now.
+        if invoice is not None:
+            invoice_mark_reminded(invoice=invoice, provider_reference=sent.provider_reference)
         return {**number, "sent": True, **_held(sent), **({"no_longer_due": why_not} if why_not else {})}
     if why_not:
         return {**number, "sent": False, "reason": why_not}
@@ -345,6 +356,7 @@ def send_invoice_reminder(ctx: JobContext):
                            subject_id=invoice.pk, subject_version=invoice.version)
         return Wait.external(f"invoice {invoice.number} reminder re-planned for {remind_at:%Y-%m-%d %H:%M} UTC")
     receipt = _send_once(ctx, step="reminder", render=lambda: invoice_reminder_email(invoice))
+    invoice_mark_reminded(invoice=invoice, provider_reference=receipt.provider_reference)
     return {"invoice": invoice.number, "sent": True, "version": invoice.version, **_held(receipt)}
 
 

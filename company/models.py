@@ -135,6 +135,10 @@ class Quote(models.Model):
     approved_by = models.CharField(max_length=200, blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
+    # The follow-up email the provider accepted (DESIGN §18: a business
+    # effect is recorded on its business record, which outlives the job
+    # that sent it; retention deletes finished jobs).
+    followed_up_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -160,6 +164,11 @@ class Invoice(models.Model):
     # Bumped by every change that matters to a reminder (balance, due date,
     # terms): a reminder timer set for an older version re-plans itself.
     version = models.PositiveIntegerField(default=1)
+    # The reminder the provider accepted, and its reference: one reminder per
+    # invoice for the invoice's life, whatever retention did to the job that
+    # sent it (DESIGN §18).
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    reminder_reference = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

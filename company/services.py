@@ -180,6 +180,18 @@ def quote_mark_sent(*, quote: Quote, actor: str) -> Quote:
                          sent_at=timezone.now())
 
 
+@transaction.atomic
+def quote_mark_followed_up(*, quote: Quote) -> Quote:
+    """Record on the quote that the provider accepted its follow-up email
+    (read by every later rule instead of the follow-up job, which retention
+    deletes); idempotent, the first kept."""
+    quote = _locked_quote(quote)
+    if quote.followed_up_at is None:
+        quote.followed_up_at = timezone.now()
+        quote.save(update_fields=["followed_up_at", "updated_at"])
+    return quote
+
+
 def _quote_answer(quote: Quote, *, to: str, event_type: str, actor: str) -> Quote:
     quote = _locked_quote(quote)
     if quote.status == to:
@@ -271,6 +283,17 @@ def invoice_change_terms(*, invoice: Invoice, actor: str, due_date=None, terms: 
     invoice.version += 1
     invoice.save(update_fields=["due_date", "terms", "version", "updated_at"])
     _invoice_event(invoice, "invoice.terms_changed", actor)
+    return invoice
+
+
+@transaction.atomic
+def invoice_mark_reminded(*, invoice: Invoice, provider_reference: str) -> Invoice:
+    """Record on the invoice that the provider accepted its reminder (the
+    business fact every later plan reads); idempotent, the first kept."""
+    invoice = _locked_invoice(invoice)
+    if invoice.reminded_at is None:
+        invoice.reminded_at, invoice.reminder_reference = timezone.now(), provider_reference[:200]
+        invoice.save(update_fields=["reminded_at", "reminder_reference", "updated_at"])
     return invoice
 
 
@@ -372,9 +395,14 @@ def invoice_reminder_at(invoice: Invoice) -> datetime:
 
 
 def invoice_not_to_remind(invoice: Invoice) -> str:
-    """Why no reminder may go out for this invoice now ("" when one may)."""
+    """Why no reminder may go out for this invoice now ("" when one may):
+    paid, a suppressed customer, or already reminded (read on the invoice,
+    never from whether a reminder job exists: retention deletes jobs)."""
     if invoice.is_paid:
         return f"invoice {invoice.number} is paid"
+    if invoice.reminded_at is not None:
+        return (f"invoice {invoice.number} was already reminded on {invoice.reminded_at:%Y-%m-%d %H:%M} UTC "
+                f"({invoice.reminder_reference})")
     if invoice.customer.suppressed:
         reason = invoice.customer.suppressed_reason or "no reason given"
         return f"{invoice.customer.email} suppressed reminders ({reason})"
@@ -386,9 +414,10 @@ def invoice_reminder_plan(*, invoice: Invoice) -> Timer | None:
     """Make sure an open invoice has its reminder timer; idempotent.
 
     Nothing is planned for a paid invoice, a suppressed customer, an invoice
-    already reminded (its job exists) or one with a pending timer (that timer
-    re-plans itself from the record when it comes due). The invoice row is
-    locked, so two planners cannot both schedule.
+    already reminded (`Invoice.reminded_at`), one whose reminder job exists
+    (under way, or finished without sending) or one with a pending timer
+    (that timer re-plans itself from the record when it comes due). The
+    invoice row is locked, so two planners cannot both schedule.
     """
     invoice = Invoice.objects.select_for_update().select_related("customer", "tenant").get(pk=invoice.pk)
     key = invoice_reminder_key(invoice.number)

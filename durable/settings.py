@@ -310,6 +310,12 @@ CONSOLE_BASE_URL = env("CONSOLE_BASE_URL", default="http://localhost:8000")
 # The provider `connectors.send_email` uses when a payload names none.
 OPERATIONS_DEFAULT_EMAIL_PROVIDER = env("OPERATIONS_DEFAULT_EMAIL_PROVIDER", default="sim-idempotent")
 
+# Providers that can look a message up but not deduplicate by key: the first
+# send of each intent is preceded by a lookup of its key, so a send repeated
+# after the database lost a commit finds the first message instead of
+# sending a second (docs/howto/failover.md). One more request per email.
+OPERATIONS_LOOKUP_BEFORE_FIRST_SEND = env.list("OPERATIONS_LOOKUP_BEFORE_FIRST_SEND", default=[])
+
 # The inbound provider whose signed events carry customers' replies to quotes;
 # only its events may end a quote's wait (it needs a secret in
 # INBOUND_WEBHOOK_SECRETS and the tenant in INBOUND_PROVIDER_TENANTS).

@@ -68,6 +68,7 @@ _NEW_JOBS = fill(query("enqueue_new_jobs"), id="id", source="numbered WHERE id I
 _NEW_JOBS_SQLITE = fill(query("enqueue_new_jobs"), id="NULL", source="given ORDER BY n")
 _ENQUEUE_EVENTS_SQLITE = query("enqueue_events_sqlite")
 _ENQUEUE_SEARCH_SQLITE = query("enqueue_search_sqlite")
+_ENQUEUE_JOB_ID = query("enqueue_job_id")
 
 
 @dataclass
@@ -116,6 +117,24 @@ def _claim_clock(now) -> Clock:
     is the start of the claim's transaction, which begins after the
     decision's that it sees committed or waits for.)"""
     return Clock.of(now)
+
+
+def _insert_with_search_row(job: Job) -> None:
+    """Insert a new job and its search row (the job list's, written once: no
+    state change writes it again), locking as `enqueue_many` does: on
+    PostgreSQL the search row first (its unique index decides a race for the
+    key; the loser waits holding nothing else), then the job, whose insert
+    trigger locks the tenant's ready row (enqueue.sql). SQLite's write lock
+    orders every writer already."""
+    if _is_postgres():
+        with connection.cursor() as cursor:
+            cursor.execute(_ENQUEUE_JOB_ID)
+            job.id = cursor.fetchone()[0]
+        JobSearch.objects.create(job_id=job.id, tenant=job.tenant, key=job.key, search_text=job.search_text)
+        job.save(force_insert=True)
+        return
+    job.save(force_insert=True)
+    JobSearch.objects.create(job_id=job.id, tenant=job.tenant, key=job.key, search_text=job.search_text)
 
 
 class Store:
@@ -202,9 +221,7 @@ class Store:
                 proposal = (detail or {}).get("proposal")
                 rationale = (proposal.get("rationale") if isinstance(proposal, dict) else None) or reason
                 job.search_text = search_text_for(job, proposed_by=actor, rationale=rationale)
-                job.save(force_insert=True)
-                # The job list's search row, once: no state change writes it again.
-                JobSearch.objects.create(job_id=job.id, tenant=tenant, key=key, search_text=job.search_text)
+                _insert_with_search_row(job)
                 history_append(job.id, "enqueue", "", state, clock, actor=actor, reason=reason,
                           detail={**(detail or {}), "action": action})
                 if state == State.READY:

@@ -398,8 +398,9 @@ def run_task(ctx):
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the task's failure, not the worker's
         raise TaskRaised(exc) from exc
     try:
-        # As django-tasks' database backend stores it: `json.dumps` of the value.
-        stored = json.loads(json.dumps(value, allow_nan=False))
+        # As django-tasks stores it: `normalize_json` (bytes as text, tuples
+        # as lists, `TypeError("Unsupported type …")` for anything else).
+        stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))
         problem = json_problem(stored)
         if problem:
             raise ValueError(f"Unsupported value: {problem}")

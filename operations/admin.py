@@ -168,8 +168,8 @@ class OperationAdmin(ScopedAdmin):
     list_select_related = ("job",)
     inlines = [ReceiptInline, OperationEventInline]
     readonly_fields = ("decide_link", "waiting_for_operator", "masked_request", "masked_last_error")
-    fields = ("id", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state", "attempts",
-              "last_dispatched_at", "last_error", "created_at", "updated_at")
+    fields = ("id", "intent_key", "tenant", "job", "step", "provider", "kind", "request_digest", "request", "state",
+              "attempts", "last_dispatched_at", "last_error", "created_at", "updated_at")
 
     def get_fields(self, request, obj=None):
         fields = self.fields

@@ -37,11 +37,16 @@ IN_DOUBT = frozenset({OperationState.INTENDED, OperationState.UNKNOWN, Operation
 class Operation(models.Model):
     """The intent of one external call by one job step.
 
-    `id` is also the idempotency key and the client reference sent to the
-    provider, so every attempt of the step speaks of the same message.
+    `intent_key` is the idempotency key and the client reference sent to the
+    provider, so every attempt of the step speaks of the same message. It is
+    derived from the obligation (`operations.digest.intent_key`), not from
+    `id`: an intent recorded again after a lost commit is the same intent to
+    the provider.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    intent_key = models.CharField(max_length=64, help_text="Idempotency key and client reference sent to the "
+                                                           "provider, derived from the obligation.")
     tenant = models.CharField(max_length=64)
     # PROTECT: an operation is evidence of what was done in the job's name.
     job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="operations")

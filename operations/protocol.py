@@ -9,7 +9,13 @@ The job's lease fences the job table, not the provider (DESIGN §6). So:
 
 1. The intent (`INTENDED`) is committed under the job's fence before any I/O;
    a worker that lost its lease cannot create one, and every later attempt of
-   the step finds it. Its id is the idempotency key and the client reference.
+   the step finds it. Its intent key — derived from the obligation (tenant,
+   job key, step, request digest), never random — is the idempotency key and
+   the client reference, so an intent recorded again after the database lost
+   a commit is the same message to the provider. For a provider that can look
+   messages up but not deduplicate, `OPERATIONS_LOOKUP_BEFORE_FIRST_SEND`
+   names the providers whose first send of an intent is preceded by a lookup
+   of its key (one more request per email).
 2. The request is sent outside any transaction, exactly once per attempt (the
    connector never retries behind our back). What came back is recorded under
    the fence: a receipt (`ACCEPTED`); `UNKNOWN` when the request may have
@@ -70,7 +76,7 @@ from jobs.actions import JobContext
 from jobs.clock import db_now
 from jobs.errors import AuthError, NeedsAttention, PermanentError, TransientError
 
-from .digest import request_digest
+from .digest import intent_key, request_digest
 from .errors import ConnectorPaused, DigestMismatch
 from .limits import dispatch_gate
 from .models import ConnectorPause, Operation, OperationEvent, OperationState, Receipt, ReceiptHow
@@ -137,6 +143,12 @@ def operation_perform(
     operation = plan.operation
     if plan.created:
         _fault_crash_after_intended()
+        if _looks_up_before_first_send(connector):
+            # The intent may be one the database forgot it had sent (a lost
+            # commit): a provider that cannot deduplicate is asked first.
+            receipt = _found_before_first_send(ctx, connector, operation)
+            if receipt is not None:
+                return receipt
     if plan.reconcile:
         receipt = _reconcile(ctx, connector, operation)
         if receipt is not None:
@@ -226,6 +238,7 @@ def _begin(ctx: JobContext, *, step: str, provider: str, kind: str, request: dic
                 return _Plan(error=deferred)
             operation = Operation.objects.create(
                 tenant=ctx.tenant, job=job, step=step, provider=provider, kind=kind, action=job.action,
+                intent_key=intent_key(tenant=ctx.tenant, job_key=job.key, step=step, digest=digest),
                 request_digest=digest, request=request, state=S.INTENDED,
                 attempts=1, last_dispatched_at=now,
             )
@@ -287,7 +300,7 @@ def _reconcile(ctx: JobContext, connector: Connector, operation: Operation, *,
     capabilities = connector.capabilities
     if capabilities.lookup:
         try:
-            found = connector.lookup(str(operation.id))
+            found = connector.lookup(operation.intent_key)
         except ProviderError as exc:
             raise _lookup_failed(ctx, connector, operation, exc) from exc
         if found is not None:
@@ -309,20 +322,35 @@ def _reconcile(ctx: JobContext, connector: Connector, operation: Operation, *,
             with ctx.under_fence():
                 operation.refresh_from_db()
                 _record(ctx, operation, "lookup_miss", to_state=S.FAILED,
-                        reason=f"lookup at {connector.name} found no message for {operation.id} after any request "
+                        reason=f"lookup at {connector.name} found no message for {operation.intent_key} after any request "
                                f"could have landed: the provider does not hold it (safe to send again)",
                         last_error="")
             return None
         _prepare_resend(ctx, operation, kind="lookup_miss",
-                        reason=f"lookup at {connector.name} found no message for {operation.id}; sending it "
+                        reason=f"lookup at {connector.name} found no message for {operation.intent_key}; sending it "
                                f"(attempt {operation.attempts + 1})")
         return None
     if capabilities.idempotency_key:
         _prepare_resend(ctx, operation, kind="resend_same_key",
-                        reason=f"resending with the same idempotency key {operation.id} "
+                        reason=f"resending with the same idempotency key {operation.intent_key} "
                                f"(attempt {operation.attempts + 1}); {connector.name} deduplicates by it")
         return None
     raise _investigate(ctx, connector, operation, cause=_doubt_cause(operation))
+
+
+def _looks_up_before_first_send(connector: Connector) -> bool:
+    return (connector.capabilities.lookup and not connector.capabilities.idempotency_key
+            and connector.name in getattr(settings, "OPERATIONS_LOOKUP_BEFORE_FIRST_SEND", ()))
+
+
+def _found_before_first_send(ctx: JobContext, connector: Connector, operation: Operation) -> Receipt | None:
+    """The provider's message of this intent, if it holds one already (sent
+    under the same key before the database lost the commit recording it)."""
+    try:
+        found = connector.lookup(operation.intent_key)
+    except ProviderError as exc:
+        raise _lookup_failed(ctx, connector, operation, exc) from exc
+    return None if found is None else _accept(ctx, operation, found, how=ReceiptHow.LOOKUP)
 
 
 def _doubt_cause(operation: Operation) -> str:
@@ -367,9 +395,9 @@ def _lookup_failed(ctx: JobContext, connector: Connector, operation: Operation, 
     if isinstance(exc, ProviderLookupAmbiguous):
         # Several messages carry this reference: which one is the receipt
         # (and whether the customer got it twice) is for a human to say.
-        return _investigate(ctx, connector, operation, cause=f"lookup of {operation.id} was ambiguous: {exc}",
+        return _investigate(ctx, connector, operation, cause=f"lookup of {operation.intent_key} was ambiguous: {exc}",
                             detail=_evidence(exc))
-    cause = f"lookup of {operation.id} at {connector.name} failed ({exc})"
+    cause = f"lookup of {operation.intent_key} at {connector.name} failed ({exc})"
     with ctx.under_fence():
         operation.refresh_from_db()
         _record(ctx, operation, "lookup_failed", reason=cause, detail=_evidence(exc), last_error=cause)
@@ -387,7 +415,7 @@ def _investigate(ctx: JobContext, connector: Connector, operation: Operation, *,
         why = "no machine can tell which message is this operation's, so none is adopted"
     reason = (
         f"{_describe(operation)} may or may not have been accepted by {connector.name}: {cause}. "
-        f"{why}. Check the provider for client reference {operation.id}, then mark the "
+        f"{why}. Check the provider for client reference {operation.intent_key}, then mark the "
         f"operation sent (with the provider's reference) or confirm it was not sent."
     )
     with ctx.under_fence():
@@ -403,8 +431,8 @@ def _investigate(ctx: JobContext, connector: Connector, operation: Operation, *,
 def _dispatch(ctx: JobContext, connector: Connector, operation: Operation) -> Receipt:
     # Outside any transaction: a slow provider must not hold the job's lock.
     try:
-        accepted = connector.send(operation.request, idempotency_key=str(operation.id),
-                                  client_reference=str(operation.id))
+        accepted = connector.send(operation.request, idempotency_key=operation.intent_key,
+                                  client_reference=operation.intent_key)
     except ProviderError as exc:
         raise _dispatch_failed(ctx, connector, operation, exc) from exc
     how = ReceiptHow.IDEMPOTENT_REPLAY if accepted.replayed else ReceiptHow.DIRECT
@@ -431,7 +459,7 @@ def _dispatch_failed(ctx: JobContext, connector: Connector, operation: Operation
     if isinstance(exc, ProviderAuthFailed):
         return _pause(ctx, connector, operation, exc, during="sending")
     if isinstance(exc, ProviderIdempotencyMismatch):
-        reason = (f"{connector.name} says idempotency key {operation.id} was already used for a different request "
+        reason = (f"{connector.name} says idempotency key {operation.intent_key} was already used for a different request "
                   f"({exc}); nothing was sent. The recorded request and what the provider holds disagree.")
         with ctx.under_fence():
             operation.refresh_from_db()

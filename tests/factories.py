@@ -15,6 +15,7 @@ from django.utils import timezone
 from company.models import Membership, Tenant
 from jobs.models import InboundEvent, Job, JobSearch, OutboxEvent, Timer
 from jobs.search import search_text_for
+from operations.digest import intent_key
 from operations.models import ConnectorPause, Operation, OperationState, Receipt, ReceiptHow
 
 
@@ -60,6 +61,8 @@ class OperationFactory(factory.django.DjangoModelFactory):
     provider = "sim-idempotent"
     kind = "email.send"
     request_digest = "d" * 64
+    intent_key = factory.LazyAttribute(lambda operation: intent_key(
+        tenant=operation.tenant, job_key=operation.job.key, step=operation.step, digest=operation.request_digest))
     request = factory.LazyFunction(lambda: {"to": "a@example.com"})
     state = OperationState.INTENDED
 

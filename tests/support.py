@@ -130,10 +130,11 @@ def waiting_on_locks() -> int:
 
 
 @contextmanager
-def held_open(write, *, until_waiting: int = 1):
+def held_open(write, *, until_waiting: int = 1, rollback: bool = False):
     """Run `write()` in a transaction of another connection and keep it open
     (its rows locked, not yet visible) until `until_waiting` backends wait on
-    its locks; then commit. Yields a dict that gets the write's result."""
+    its locks; then commit (or, with `rollback`, roll back: every waiter
+    wakes at once). Yields a dict that gets the write's result."""
     from django.db import connection, transaction
 
     done, inside, outcome = threading.Event(), threading.Event(), {}
@@ -144,6 +145,7 @@ def held_open(write, *, until_waiting: int = 1):
                 outcome["result"] = write()
                 inside.set()
                 done.wait(60)
+                transaction.set_rollback(rollback)
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             outcome["error"] = exc
             inside.set()

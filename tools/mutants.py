@@ -217,6 +217,12 @@ MUTANTS: list[Mutant] = [
     Mutant("enqueue-many-keeps-the-last", "a key given twice to enqueue_many keeps its first spec (PostgreSQL)", (
         Edit("jobs/sql/enqueue.sql", "ORDER BY tenant, key, n", "ORDER BY tenant, key, n DESC"),),
         ("tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given",), postgres=True),
+    Mutant("enqueue-lock-order", "concurrent enqueues lock the search rows in (tenant, key) order, before the "
+           "jobs and their tenant's ready row (PostgreSQL)", (
+        Edit("jobs/sql/enqueue.sql", "    SELECT id, tenant, key, search_text FROM numbered ORDER BY tenant, key",
+             "    SELECT id, tenant, key, search_text FROM numbered ORDER BY n"),
+        Edit("jobs/store.py", "    if _is_postgres():", "    if False:", after="def _insert_with_search_row("),),
+        ("tests/jobs/test_enqueue_race_pg.py",), postgres=True),
     Mutant("bulk-search-text-undeclared", "a bulk enqueue's search text holds the action's searchable texts", (
         Edit("jobs/search.py", '[proposed_by], _declared_texts(action, payload, job))', '[proposed_by], [])'),),
         ("tests/jobs/test_search_rows.py::test_a_bulk_enqueue_writes_the_search_text_a_single_enqueue_writes",)),
@@ -358,6 +364,29 @@ MUTANTS: list[Mutant] = [
     Mutant("task-return-not-retried", "a task whose return value JSON cannot hold fails once and never runs again", (
         Edit("jobs/tasks_backend.py", "        raise TaskReturnRefused(exc) from exc", "        raise TaskRaised(exc) from exc"),),
         (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_non_json_return_value_does_not_run_the_task_again",)),
+    Mutant("intent-key-random", "the provider's idempotency key and client reference are derived from the "
+           "obligation, not random: a send repeated after a lost commit is one message", (
+        Edit("operations/protocol.py",
+             "                intent_key=intent_key(tenant=ctx.tenant, job_key=job.key, step=step, digest=digest),",
+             "                intent_key=str(__import__('uuid').uuid4()),"),),
+        ("tests/operations/test_lost_commit.py",)),
+    Mutant("lookup-before-first-send", "a lookup-only provider so configured is asked before a first send", (
+        Edit("operations/protocol.py", "        if _looks_up_before_first_send(connector):", "        if False:"),),
+        ("tests/operations/test_lost_commit.py",)),
+    Mutant("reminder-on-the-invoice", "an invoice already reminded (on its record) is not reminded again after "
+           "retention deleted its job", (
+        Edit("company/services.py", "    if invoice.reminded_at is not None:", "    if False:"),),
+        ("tests/company/test_invoice_reminders.py::"
+         "test_a_reminded_invoice_is_not_reminded_again_after_retention_deleted_its_job",)),
+    Mutant("follow-up-on-the-quote", "a quote already followed up (on its record) is not followed up again", (
+        Edit("company/handlers.py", "        if quote.followed_up_at is not None:", "        if False:"),),
+        ("tests/company/test_quote_flow.py::"
+         "test_a_followed_up_quote_is_not_followed_up_again_after_retention_deleted_the_follow_up_job",)),
+    Mutant("task-return-normalized", "a task's return value is normalized as django-tasks does (bytes as text, "
+           "tuples as lists)", (
+        Edit("jobs/tasks_backend.py", "        stored = json.loads(json.dumps(normalize_json(value), allow_nan=False))",
+             "        stored = json.loads(json.dumps(value, allow_nan=False))"),),
+        (f"{TASKS_CONFORMANCE}/test_conformance_worker.py::test_a_return_value_is_normalized_as_django_tasks_does",)),
     Mutant("task-finished-exception", "a failed task's `task_finished` is sent while the task's own exception is "
            "handled (logger.exception reports it)", (
         Edit("jobs/tasks_backend.py", "        _while_handling(original, send)", "        send()"),),

@@ -13,7 +13,10 @@
 -- (its id drawn from the jobs' sequence, in the chunk's order; a key that
 -- exists is skipped by the unique index, waiting for a concurrent insert of
 -- it to commit or roll back), then the jobs of the keys that got one, and
--- their creation events. The chunk comes as one array per column: a row of
+-- their creation events. Lock order, as enqueue_job_id's caller keeps it:
+-- the search rows in (tenant, key) order, whatever the chunk's order, then
+-- the jobs (and, through their trigger, the tenants' ready rows); two
+-- enqueues of the same keys wait for each other and never deadlock. The chunk comes as one array per column: a row of
 -- parameters per job makes a statement psycopg takes longer to read than the
 -- server takes to run. Bound: the proposer, the eleven arrays, the actor.
 -- {new_jobs}: enqueue_new_jobs, from the numbered keys that got a search row.
@@ -30,7 +33,7 @@ WITH given AS (
     FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f
 ), searchable AS (
     INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text)
-    SELECT id, tenant, key, search_text FROM numbered ORDER BY n
+    SELECT id, tenant, key, search_text FROM numbered ORDER BY tenant, key
     ON CONFLICT (tenant, key) DO NOTHING RETURNING job_id
 ), inserted AS (
     {new_jobs}
@@ -38,6 +41,13 @@ WITH given AS (
 )
 INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, epoch, worker_id, actor, reason, detail, created_at)
 SELECT id, 'enqueue', '', 'READY', 0, '', %s, '', '{}', created_at FROM inserted
+
+-- enqueue_job_id --
+-- PostgreSQL: a new job's id, drawn before its search row is inserted, so
+-- a single enqueue locks in enqueue_many's order: the key's search row
+-- (which decides a race for the key), then the job and its tenant's ready
+-- row (the insert trigger).
+SELECT nextval(pg_get_serial_sequence('jobs_job', 'id'))
 
 -- enqueue_new_jobs --
 -- The new jobs' rows, READY with no attempt made: {id} (the job's id, or

@@ -156,3 +156,26 @@ def test_a_customer_who_suppresses_reminders_after_the_timer_fired_gets_none(sim
     job = Job.objects.get(key="invoice-reminder-INV-1")
     assert job.result["sent"] is False and job.result["reason"] == "ada@example.com suppressed reminders (asked us to stop)"
     assert sim.messages() == []
+
+
+def test_a_reminded_invoice_is_not_reminded_again_after_retention_deleted_its_job(sim):
+    from company.agent import agent_propose
+    from company.services import invoice_reminder_plan
+    from jobs.retention import retention_sweep
+
+    invoice = overdue_invoice("INV-1", "ada@example.com")
+    planned(invoice)
+    settle(TENANT)
+    assert len(sim.messages()) == 1
+    invoice.refresh_from_db()
+    assert invoice.reminded_at is not None
+
+    report = retention_sweep(now=timezone.now() + timedelta(days=31), retention_days=30, redact_after_days=30)
+    assert report.deleted
+    assert not Job.objects.filter(key="invoice-reminder-INV-1").exists()
+
+    # The next daily plan, and the agent's rules, read the invoice: reminded.
+    assert invoice_reminder_plan(invoice=invoice) is None
+    assert "invoice-reminder-INV-1" not in agent_propose(tenant=invoice.tenant, now=timezone.now())
+    settle(TENANT)
+    assert len(sim.messages()) == 1

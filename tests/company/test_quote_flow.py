@@ -163,3 +163,32 @@ def test_a_redelivered_approval_sends_one_email(sim):
     assert len(sim.messages()) == 1
     quote.refresh_from_db()
     assert quote.status == "SENT"
+
+
+def test_a_followed_up_quote_is_not_followed_up_again_after_retention_deleted_the_follow_up_job(sim):
+    from django.utils import timezone
+
+    from company.agent import agent_propose
+    from jobs.retention import retention_sweep
+    from jobs.store import Store
+
+    quote = approved_quote(follow_up_after=timedelta(0))
+    settle(TENANT)
+    Store().resume(TENANT, "quote-follow-up-Q-1", reason="approved", actor="reviewer")
+    settle(TENANT)
+    assert len(sim.messages()) == 2
+    quote.refresh_from_db()
+    assert quote.followed_up_at is not None
+    # The wait ended without a reply (an operator cancelled it); retention deletes the job.
+    Job.objects.filter(tenant=TENANT, key="quote-follow-up-Q-1").update(state="CANCELLED",
+                                                                         finished_at=timezone.now())
+    retention_sweep(now=timezone.now() + timedelta(days=31), retention_days=30, redact_after_days=30)
+    assert not Job.objects.filter(key="quote-follow-up-Q-1").exists()
+
+    assert "quote-follow-up-Q-1" not in agent_propose(tenant=quote.tenant, now=timezone.now() + timedelta(days=60))
+    # Proposed again all the same (by hand) and approved: the quote says it was followed up.
+    Store().enqueue(TENANT, "quote-follow-up-Q-1", action="company.send_quote_follow_up", subject_type="company.quote",
+                    subject_id=quote.pk, subject_version=quote.version)
+    settle(TENANT)
+    assert len(sim.messages()) == 2
+    assert job("quote-follow-up-Q-1").result["follow_up_sent"] is False

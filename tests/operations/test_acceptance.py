@@ -83,7 +83,7 @@ def test_worker_killed_after_the_provider_accepted_sends_exactly_once(mode, mana
 
         messages = sim.messages()
     op.refresh_from_db()
-    assert len([m for m in messages if m["client_reference"] == str(op.id)]) == 1
+    assert len([m for m in messages if m["client_reference"] == op.intent_key]) == 1
     assert len(messages) == 1
     assert op.state == "ACCEPTED"
     # Both providers declare lookup, so the in-doubt send is found, not resent.
@@ -115,7 +115,7 @@ def test_bare_provider_worker_killed_after_acceptance_goes_to_a_human_without_re
     # A reason an operator can act on: what, why it is not resent, what to do.
     assert "email to ada@example.com may or may not have been accepted by sim-bare" in job.last_error
     assert "not sent again automatically" in job.last_error
-    assert f"client reference {op.id}" in job.last_error
+    assert f"client reference {op.intent_key}" in job.last_error
     assert "mark the operation sent" in job.last_error
 
 
@@ -137,7 +137,7 @@ def test_crash_after_the_intent_before_the_request_leaves_sends_exactly_once(
         messages = sim.messages()
     op = Operation.objects.get(job__key=KEY)
     assert len(messages) == 1
-    assert messages[0]["client_reference"] == str(op.id)
+    assert messages[0]["client_reference"] == op.intent_key
     assert (op.state, op.receipt.how) == ("ACCEPTED", "direct")
     assert job.state == "DONE"
 

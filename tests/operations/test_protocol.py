@@ -42,7 +42,7 @@ class SpyConnector(Connector):
         self.states_at_send: list[str] = []
 
     def send(self, request, *, idempotency_key, client_reference):
-        self.states_at_send.append(Operation.objects.get(pk=idempotency_key).state)
+        self.states_at_send.append(Operation.objects.get(intent_key=idempotency_key).state)
         return self.real.send(request, idempotency_key=idempotency_key, client_reference=client_reference)
 
     def lookup(self, client_reference):
@@ -66,7 +66,7 @@ def test_intent_is_persisted_before_the_request_leaves_and_a_direct_receipt_foll
     assert op.request_digest == request_digest(EMAIL)
     assert event_kinds(op) == ["intend", "accept"]
     [message] = sim.messages()
-    assert message["idempotency_key"] == message["client_reference"] == str(op.id)
+    assert message["idempotency_key"] == message["client_reference"] == op.intent_key
     assert op.receipt.how == "direct"
     assert op.receipt.provider_reference == message["id"]
     assert op.receipt.evidence["status_code"] == 201
@@ -109,9 +109,9 @@ def test_provider_with_only_idempotency_keys_reconciles_by_resending_the_same_ke
         # still being answered; probing with the identical request is free
         # (afterwards it is a replay), so wait until that answer is over.
         op = operation()
-        probe = {**op.request, "client_reference": str(op.id)}
+        probe = {**op.request, "client_reference": op.intent_key}
         wait_for(lambda: raw_request(sim.url, "POST", "/v1/messages", body=probe,
-                                     headers={"Idempotency-Key": str(op.id)}).status != 409,
+                                     headers={"Idempotency-Key": op.intent_key}).status != 409,
                  what="the provider to finish answering the first request")
         attempt(store)
 
@@ -137,7 +137,7 @@ def test_a_500_is_unknown_and_the_retry_sends_with_the_same_idempotency_key(stor
 
     op = operation()
     [message] = healthy.messages()
-    assert message["idempotency_key"] == str(op.id)
+    assert message["idempotency_key"] == op.intent_key
     assert (op.state, op.attempts, op.receipt.how) == ("ACCEPTED", 2, "direct")
     assert event_kinds(op) == ["intend", "unknown", "lookup_miss", "accept"]
     assert job().state == "DONE"
@@ -179,7 +179,7 @@ def test_bare_provider_timeout_needs_investigation_and_is_never_resent(store, st
     assert op.state == "NEEDS_INVESTIGATION"
     assert job().state == "NEEDS_ATTENTION"
     assert "neither lookup nor idempotency keys" in job().last_error
-    assert str(op.id) in job().last_error
+    assert op.intent_key in job().last_error
 
     interventions.job_retry(tenant="studio", key="send-quote-017", reason="try again", actor="ops")
     again = attempt(store)

@@ -122,7 +122,7 @@ def test_a_lookup_that_ignores_the_reference_does_not_adopt_another_message(
     attempt(store)
 
     op = operation()
-    ours = [m for m in sim.messages() if m["client_reference"] == str(op.id)]
+    ours = [m for m in sim.messages() if m["client_reference"] == op.intent_key]
     assert len(ours) == 1
     assert op.receipt.provider_reference == ours[0]["id"] != someone_else["id"]
     assert op.receipt.how == "direct"
@@ -135,7 +135,7 @@ def test_several_messages_for_one_reference_need_investigation_and_none_is_adopt
     in_doubt("lookup")
     sim = start_sim("lookup")
     provider(sim)
-    reference = str(operation().id)
+    reference = operation().intent_key
     first = raw_request(sim.url, "POST", "/v1/messages", body=message(reference)).body
     second = raw_request(sim.url, "POST", "/v1/messages", body=message(reference)).body
 
@@ -160,7 +160,7 @@ def test_a_key_the_provider_holds_for_a_different_request_needs_investigation_an
     sim = start_sim("idempotent")
     provider(sim)
     # The provider already holds our idempotency key, for other content.
-    key = str(operation().id)
+    key = operation().intent_key
     other = raw_request(sim.url, "POST", "/v1/messages", body=message("not-ours", subject="Something else"),
                         headers={"Idempotency-Key": key})
     assert other.status == 201

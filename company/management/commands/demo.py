@@ -383,7 +383,7 @@ class Command(BaseCommand):
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         message = simulator.messages()[0]
-        op = Operation.objects.select_related("job").filter(pk=message["client_reference"]).first()
+        op = Operation.objects.select_related("job").filter(intent_key=message["client_reference"]).first()
         key = op.job.key if op else "?"
         self.stdout.write(f"   the provider accepted {message['subject']!r} (for {key}); demo-worker-1 was killed "
                           f"with SIGKILL before the answer reached it (its operation is {op.state if op else '?'})")
@@ -413,7 +413,7 @@ class Command(BaseCommand):
         for quote in Quote.objects.filter(tenant__slug=slug).select_related("customer").order_by("number"):
             job = self._job(quote_send_key(quote.number))
             ops = list(Operation.objects.filter(job=job).select_related("receipt")) if job else []
-            emails = sum(len(by_reference.get(str(op.pk), [])) for op in ops if op.step == "send")
+            emails = sum(len(by_reference.get(op.intent_key, [])) for op in ops if op.step == "send")
             receipts = ", ".join(self._receipt(op) for op in ops if op.step == "send") or "no operation"
             w(f"  {quote.number} to {quote.customer.email}: {quote.status}; emails at the provider: {emails}; "
               f"receipt: {receipts}; job {job.key if job else '-'} {job.state if job else ''}")

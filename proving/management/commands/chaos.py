@@ -281,7 +281,7 @@ class Command(BaseCommand):
         can_reconcile = self.opts["mode"] != "bare"
         verdict = Verdict()
         operations = {
-            str(op.id): op
+            op.intent_key: op
             for op in Operation.objects.filter(job__tenant=self.tenant, job__key__startswith=self.prefix)
         }
         per_operation = Counter()
@@ -300,7 +300,7 @@ class Command(BaseCommand):
         listing = {m["id"] for m in messages}
         for job in self._jobs():
             op = by_job.get(job.pk)
-            count = per_operation[str(op.id)] if op else 0
+            count = per_operation[op.intent_key] if op else 0
             verdict.histogram[count] += 1
             if count > 1:
                 verdict.duplicates.append((job.key, f"{count} messages"))

@@ -61,6 +61,16 @@ def complex_return_value():
 
 
 @task()
+def bytes_return_value() -> bytes:
+    return b"meaning of life"
+
+
+@task()
+def tuple_return_value() -> tuple:
+    return (42, (b"meaning", "of life"))
+
+
+@task()
 def exit_task() -> None:
     sys.exit(1)
 

@@ -172,7 +172,21 @@ def test_complex_return_value(manage):
     assert_ran_once(result)
     assert result._return_value is None
     assert result.errors[0].exception_class is TypeError
-    assert "is not JSON serializable" in result.errors[0].traceback
+    assert "Unsupported type: <class 'function'>" in result.errors[0].traceback
+
+
+@pytest.mark.parametrize(("task", "stored"), [
+    (test_tasks.bytes_return_value, "meaning of life"),
+    (test_tasks.tuple_return_value, [42, ["meaning", "of life"]]),
+])
+def test_a_return_value_is_normalized_as_django_tasks_does(manage, task, stored):
+    result = task.enqueue()
+    run_worker(manage)
+
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert_ran_once(result)
+    assert result.return_value == stored
 
 
 def test_doesnt_process_different_backend(manage):
