@@ -498,9 +498,8 @@ class Worker:
         except Deferred as exc:
             # Not a failure: held back (a limit, a pause); the attempt is handed back.
             deferred = exc
-            self._record(job, lambda: self.store.wait(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                      reason=deferred.reason, wake_at=deferred.wake_at,
-                                                      hand_back_attempt=True), "waiting")
+            self._record(job, lambda: self.store.defer(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
+                                                       deferred), "waiting")
             return False
         except BaseException as exc:  # noqa: BLE001 - the retry policy classifies every failure
             # BaseException too: a handler calling sys.exit() must not end its slot thread.

@@ -34,7 +34,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.errors import Deferred, InvalidTransition, JobNotFound
-from jobs.selectors import job_by_key
+from jobs.selectors import job_locked
 from jobs.states import State
 from jobs.store import Store
 
@@ -71,7 +71,11 @@ def _recheck_at():
 def _hold(job, hold: Hold) -> Deferred:
     DispatchHold.objects.update_or_create(tenant=job.tenant, job_key=job.key,
                                           defaults={"cause": hold.cause, "reason": hold.reason})
-    return Deferred(hold.reason, wake_at=_recheck_at())
+    # Asked when the worker records the wait (the job's row locked first,
+    # then the hold's, as here): a pause lifted since deleted the hold and
+    # could not resume a job still LEASED, so the job must not wait.
+    still = DispatchHold.objects.select_for_update().filter(tenant=job.tenant, job_key=job.key, cause=hold.cause)
+    return Deferred(hold.reason, wake_at=_recheck_at(), held=lambda: still.first() is not None)
 
 
 def window_full_since(limit: ActionLimit, *, now):
@@ -127,13 +131,19 @@ def _span(seconds: int) -> str:
 def dispatch_holds_release(*, tenant: str, cause: str, actor: str, reason: str) -> int:
     """Resume the jobs `cause` holds in `tenant` (the pause was lifted);
     returns how many were resumed. A held job that is no longer waiting on
-    its hold (it moved on meanwhile) is left alone; the hold is forgotten
-    either way. Each job is its own short transaction."""
+    its hold (it moved on meanwhile, e.g. to wait for a reply) is left
+    alone; the hold is forgotten either way. A job its worker still holds
+    is not waiting yet: its worker finds the hold gone when it records the
+    wait and hands the job back at once instead (`Store.defer`). Each job
+    is its own short transaction, its row locked before its hold's (the
+    order of the fence and `dispatch_gate`), so the job cannot move on
+    between the check and the resume."""
     resumed = 0
     for hold in DispatchHold.objects.filter(tenant=tenant, cause=cause).order_by("id").iterator():
         with transaction.atomic():
-            DispatchHold.objects.filter(pk=hold.pk).delete()
-            job = job_by_key(tenant=tenant, key=hold.job_key)
+            job = job_locked(tenant=tenant, key=hold.job_key)
+            if not DispatchHold.objects.filter(pk=hold.pk, cause=cause).delete()[0]:
+                continue  # held again by something else, or released meanwhile
             if job is None or job.state != State.WAITING_EXTERNAL or job.wait_reason != hold.reason[:500]:
                 continue
             try:
