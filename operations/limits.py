@@ -86,7 +86,7 @@ def window_full_since(limit: ActionLimit, *, now):
     many operations the table holds."""
     since = now - timedelta(seconds=limit.window_seconds)
     if limit.max_effects == 0:
-        return since  # nothing is ever allowed: the window opens a window from now
+        return since  # nothing is ever allowed (`dispatch_gate` holds the job instead)
     recent = (Operation.objects.filter(tenant=limit.tenant, action=limit.action, created_at__gt=since)
               .order_by("-created_at").values_list("created_at", flat=True))
     return recent[limit.max_effects - 1 : limit.max_effects].first()
@@ -106,6 +106,12 @@ def dispatch_gate(job) -> Deferred | None:
         return _hold(job, Hold(f"action:{job.action}",
                                f"held: action {job.action} is paused for tenant {job.tenant}{why}; nothing was "
                                f"sent. It goes on when an operator resumes the action."))
+    if limit is not None and limit.max_effects == 0:
+        # None allowed: no window ever opens, so the job is held (waiting
+        # once, not claimed again and again) until the limit is raised.
+        return _hold(job, Hold(_none_allowed(job.action),
+                               f"held: tenant {job.tenant} allows no {job.action} (its effect limit is 0); nothing "
+                               f"was sent. It goes on when an operator raises the limit."))
     if limit is not None and limit.max_effects is not None:
         now = timezone.now()
         full_since = window_full_since(limit, now=now)
@@ -162,19 +168,30 @@ def _locked_limit(tenant: str, action: str) -> ActionLimit:
     return limit
 
 
-@transaction.atomic
+def _none_allowed(action: str) -> str:
+    """The hold cause of a limit of 0 on `action`."""
+    return f"limit:{action}"
+
+
 def action_limit_set(*, tenant: str, action: str, max_effects: int | None, window_seconds: int = 24 * 3600,
                      actor: str) -> ActionLimit:
     """At most `max_effects` new operations of `action` per rolling
-    `window_seconds` for `tenant` (None: no limit). Raises `ValueError` for
-    a negative limit or a window under one second."""
+    `window_seconds` for `tenant` (None: no limit; 0: none at all, the jobs
+    are held). A limit above 0, or none, resumes the jobs a limit of 0
+    held. Raises `ValueError` for a negative limit or a window under one
+    second."""
     if max_effects is not None and max_effects < 0:
         raise ValueError(f"max_effects must be 0 or more, not {max_effects}")
     if window_seconds < 1:
         raise ValueError(f"window_seconds must be at least 1, not {window_seconds}")
-    limit = _locked_limit(tenant, action)
-    limit.max_effects, limit.window_seconds, limit.updated_by = max_effects, window_seconds, actor
-    limit.save()
+    with transaction.atomic():
+        limit = _locked_limit(tenant, action)
+        limit.max_effects, limit.window_seconds, limit.updated_by = max_effects, window_seconds, actor
+        limit.save()
+    if max_effects != 0:
+        shown = "no limit" if max_effects is None else f"{max_effects} per {_span(window_seconds)}"
+        dispatch_holds_release(tenant=tenant, cause=_none_allowed(action), actor=actor,
+                               reason=f"effect limit of {action} raised to {shown} by {actor}")
     return limit
 
 

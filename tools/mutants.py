@@ -567,6 +567,20 @@ MUTANTS: list[Mutant] = [
         Edit("company/review_notify.py", "        key = review_digest_key(ctx.tenant, user.pk, start)",
              "        key = review_digest_key(ctx.tenant, user.pk, start) + ctx.worker_id"),),
         ("tests/company/test_review_digest.py",)),
+    Mutant("hold-lifted-before-wait", "a pause lifted while the worker held the job leaves it READY, not waiting", (
+        Edit("jobs/store.py", "            if deferred.held is not None and not deferred.held():", "            if False:"),),
+        ("tests/operations/test_holds.py::test_a_pause_lifted_while_the_worker_holds_the_job_lets_it_go_on_at_once",)),
+    Mutant("hold-release-locks-the-job", "a lifted pause resumes a job only while it still waits on that pause", (
+        Edit("jobs/selectors.py", "    return Job.objects.select_for_update().by_key(tenant, key).first()",
+             "    return Job.objects.by_key(tenant, key).first()"),),
+        ("tests/operations/test_holds.py::"
+         "test_a_job_moving_on_while_the_pause_is_lifted_is_never_resumed_from_its_new_wait",), postgres=True),
+    Mutant("effect-limit-0-raised-releases", "an effect limit of 0 holds its jobs until it is raised, then resumes them", (
+        Edit("operations/limits.py", "    if max_effects != 0:", "    if False:"),),
+        ("tests/operations/test_limit_zero.py",)),
+    Mutant("proposal-limit-0-refuses", "a proposal limit of 0 refuses every proposal, with no retry time", (
+        Edit("gateway/services.py", "        if limit == 0:", "        if False:"),),
+        ("tests/gateway/test_proposal_limit_zero.py",)),
 ]
 
 

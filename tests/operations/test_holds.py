@@ -20,13 +20,6 @@ from .test_limits import run_until_idle
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def sim(start_sim, provider):
-    handle = start_sim("idempotent")
-    provider(handle)
-    return handle
-
-
 def test_a_pause_lifted_while_the_worker_holds_the_job_lets_it_go_on_at_once(store, sim, monkeypatch):
     action_pause(tenant="studio", action=SEND_EMAIL, reason="incident", actor="otto")
     enqueue_email(store, "mail-1")
