@@ -578,6 +578,16 @@ MUTANTS: list[Mutant] = [
     Mutant("effect-limit-0-raised-releases", "an effect limit of 0 holds its jobs until it is raised, then resumes them", (
         Edit("operations/limits.py", "    if max_effects != 0:", "    if False:"),),
         ("tests/operations/test_limit_zero.py",)),
+    Mutant("stop-cuts-a-starved-call", "a stop does not wait for a database call past the grace period", (
+        Edit("jobs/worker.py", "                        if _cut(wrapper):", "                        if False:"),),
+        ("tests/jobs/test_session_pool_starved_pg.py",), postgres=True),
+    Mutant("chaos-survives-failover", "chaos reconnects when its database goes away", (
+        Edit("proving/management/commands/chaos.py", "            except (OperationalError, InterfaceError) as exc:",
+             "            except ZeroDivisionError as exc:"),),
+        ("tests/proving/test_chaos_failover.py::test_chaos_survives_its_database_going_away_once",)),
+    Mutant("chaos-no-orphans", "chaos never leaves a worker running, however it ends", (
+        Edit("proving/management/commands/chaos.py", "                self._stop_children()", "                pass"),),
+        ("tests/proving/test_chaos_failover.py::test_chaos_failing_leaves_no_worker_running",)),
     Mutant("proposal-limit-0-refuses", "a proposal limit of 0 refuses every proposal, with no retry time", (
         Edit("gateway/services.py", "        if limit == 0:", "        if False:"),),
         ("tests/gateway/test_proposal_limit_zero.py",)),
