@@ -486,8 +486,8 @@ MUTANTS: list[Mutant] = [
         Edit("operations/limits.py", "        if full_since is not None:", "        if False:"),),
         ("tests/operations/test_limits.py",)),
     Mutant("deferred-hands-back-attempt", "waiting on a limit or a pause uses up no attempt", (
-        Edit("jobs/worker.py", "                                                      hand_back_attempt=True), \"waiting\")",
-             "                                                      hand_back_attempt=False), \"waiting\")"),),
+        Edit("jobs/store.py", "                      hand_back_attempt=True, now=now)",
+             "                      hand_back_attempt=False, now=now)"),),
         ("tests/jobs/test_worker.py::test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_when_due",)),
     Mutant("handler-timed-when-it-raises", "a handler's duration is observed whether it returns or raises", (
         Edit("jobs/worker.py", "                observe(time.perf_counter() - started)",
@@ -579,7 +579,7 @@ MUTANTS: list[Mutant] = [
         Edit("operations/limits.py", "    if max_effects != 0:", "    if False:"),),
         ("tests/operations/test_limit_zero.py",)),
     Mutant("stop-cuts-a-starved-call", "a stop does not wait for a database call past the grace period", (
-        Edit("jobs/worker.py", "                        if _cut(wrapper):", "                        if False:"),),
+        Edit("jobs/worker.py", "                        if now - since >= limit and _cut(wrapper):", "                        if False:"),),
         ("tests/jobs/test_session_pool_starved_pg.py",), postgres=True),
     Mutant("chaos-survives-failover", "chaos reconnects when its database goes away", (
         Edit("proving/management/commands/chaos.py", "            except (OperationalError, InterfaceError) as exc:",
