@@ -241,16 +241,20 @@ def _per(agent_limit: int | None, setting: str, default: int) -> int:
 
 def proposal_limit_refusal(agent: Agent, now) -> Refused | None:
     """429 when a new proposal would pass the agent's per-minute or rolling
-    per-day limit; `Retry-After` is when the oldest counted one leaves."""
+    per-day limit; `Retry-After` is when the oldest counted one leaves. A
+    limit of 0 allows none: 429 without `Retry-After`, as waiting never helps."""
     for limit, window, what in (
         (_per(agent.proposals_per_minute, "GATEWAY_PROPOSALS_PER_MINUTE", 60), 60, "per minute"),
         (_per(agent.proposals_per_day, "GATEWAY_PROPOSALS_PER_DAY", 5000), 86400, "per rolling 24 h"),
     ):
+        if limit == 0:
+            return Refused(429, "rate-limited", f"agent {agent.name}'s limit {what} is 0: it allows it no proposals "
+                                                f"until an operator raises it")
         # The `limit`-th newest proposal in the window, if there is one:
         # agentproposal_agent_created walked newest first, `limit` entries at most.
         recent = (AgentProposal.objects.filter(agent=agent, created_at__gt=now - timedelta(seconds=window))
                   .order_by("-created_at").values_list("created_at", flat=True))
-        full_since = recent[limit - 1 : limit].first() if limit else now
+        full_since = recent[limit - 1 : limit].first()
         if full_since is not None:
             opens = full_since + timedelta(seconds=window)
             wait = max(1, math.ceil((opens - now).total_seconds()))

@@ -63,9 +63,15 @@ class Deferred(HandlerFailure):
     reason until `wake_at` (or until whoever holds it resumes it), and the
     attempt it was claimed for is handed back, as `release` does. For code
     deep in a handler's call (the operation protocol) that cannot return a
-    `Wait` itself; nothing is retried and nothing counts as a failure."""
+    `Wait` itself; nothing is retried and nothing counts as a failure.
 
-    def __init__(self, reason: str, *, wake_at=None):
+    `held`, when given, answers whether what holds the job still does; it is
+    asked in the transaction that records the wait, after the job's row is
+    locked (`Store.defer`), so a hold lifted while the worker still held
+    the job hands it back READY instead of leaving it to wait."""
+
+    def __init__(self, reason: str, *, wake_at=None, held=None):
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at
+        self.held = held

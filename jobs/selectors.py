@@ -16,7 +16,7 @@ from .states import TERMINAL, State
 
 __all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "expired_leases", "lease_expired",
            "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
-           "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
+           "job_locked", "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
            "timers_pending_for_subject", "timers_due", "Literal"]
 
 
@@ -163,6 +163,12 @@ def last_decision(job_id: int) -> JobEvent | None:
 def job_by_key(*, tenant: str, key: str) -> Job | None:
     """The job of a business key, or None (`Job.objects.by_key`)."""
     return Job.objects.by_key(tenant, key).first()
+
+
+def job_locked(*, tenant: str, key: str) -> Job | None:
+    """The job of a business key, its row locked until the caller's
+    transaction ends (PostgreSQL `FOR UPDATE`), or None."""
+    return Job.objects.select_for_update().by_key(tenant, key).first()
 
 
 def jobs_by_keys(*, tenant: str, keys) -> dict[str, Job]:

@@ -25,7 +25,7 @@ from . import claim as claim_sql
 from . import notify
 from .actions import retry_policy
 from .clock import Clock, adapt, to_datetime
-from .errors import Conflict, InvalidTransition, JobNotFound
+from .errors import Conflict, Deferred, InvalidTransition, JobNotFound
 from .fence import BY_KEY, fence_checked, fence_conflict
 from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
@@ -560,6 +560,22 @@ class Store:
             reason=reason,
             detail=detail,
         )
+
+    def defer(self, tenant: str, key: str, worker_id: str, epoch: int, deferred: Deferred, *, now=None) -> None:
+        """Record a `Deferred`: the job waits with its reason until its
+        `wake_at`, the attempt handed back (`wait`) — unless what held it no
+        longer does (`deferred.held()` answers False, asked with the job's
+        row locked: lock order the job, then whatever the check reads), when
+        it is handed back READY at once (`release`): a pause lifted while
+        the worker held the job never leaves it waiting for a re-check.
+        Raises `Conflict` if the fence moved."""
+        with self.under_fence(tenant, key, worker_id, epoch):
+            if deferred.held is not None and not deferred.held():
+                self.release(tenant, key, worker_id, epoch, now=now,
+                             reason=f"no longer held, so not waiting: {deferred.reason}")
+                return
+            self.wait(tenant, key, worker_id, epoch, reason=deferred.reason, wake_at=deferred.wake_at,
+                      hand_back_attempt=True, now=now)
 
     def fail(
         self,

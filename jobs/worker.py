@@ -15,7 +15,9 @@ records it under the fence) and claim the next. Around them it:
   `DATABASE_LISTEN_URL`, and the main thread's queries share the pooler's);
   a watchdog thread without a connection logs any database call that has
   waited longer than `db_wait_warning` seconds (no free server connection
-  behind a pooler, a lock), and the worker refuses to run behind a
+  behind a pooler, a lock), again every 30 s while it waits, and once the
+  grace period of a stop is over cuts the connection of any call still
+  waiting (a session pooler would queue it for minutes); the worker refuses to run behind a
   transaction-mode pooler configured as direct (`jobs.pooling`);
 - on SIGTERM/SIGINT stops claiming, gives running handlers `grace` seconds,
   then exits 0 leaving any still-running job to expire and be recovered; a
@@ -40,7 +42,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
 from . import chance, metrics, notify, periodic, pooling
 from .actions import JobContext, Wait, get_action
@@ -154,8 +156,10 @@ class Worker:
         self._running: dict[int, Running] = {}  # slot number → what it runs
         self._last_maintenance = 0.0
         self._maintain_after = 0.0  # monotonic; housekeeping backs off until then after a failure
-        # Database calls under way, by thread: (since, what) — the watchdog's view.
-        self._db_calls: dict[str, tuple[float, str]] = {}
+        # Database calls under way, by thread: (since, what, the thread's
+        # connection wrapper) — the watchdog's view.
+        self._db_calls: dict[str, tuple[float, str, object]] = {}
+        self._finished = threading.Event()  # run() is over: the watchdog ends
         # Why the worker must stop because of its configuration (`jobs.pooling`).
         self._misconfigured: str | None = None
         self._last_periodic: dict[str, float] = {}
@@ -194,6 +198,7 @@ class Worker:
             connections.close_all()
         if self._misconfigured:
             self._stopping.set()
+            self._finished.set()
             watchdog.join(timeout=5)
             connections.close_all()
             return 2
@@ -214,6 +219,7 @@ class Worker:
             self._drain(slots)
             if listener:
                 listener.close()
+            self._finished.set()
             watchdog.join(timeout=5)
             self._event("worker.stop", **self._summary())
             connections.close_all()
@@ -498,9 +504,8 @@ class Worker:
         except Deferred as exc:
             # Not a failure: held back (a limit, a pause); the attempt is handed back.
             deferred = exc
-            self._record(job, lambda: self.store.wait(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
-                                                      reason=deferred.reason, wake_at=deferred.wake_at,
-                                                      hand_back_attempt=True), "waiting")
+            self._record(job, lambda: self.store.defer(job.tenant, job.key, cfg.worker_id, job.lease_epoch,
+                                                       deferred), "waiting")
             return False
         except BaseException as exc:  # noqa: BLE001 - the retry policy classifies every failure
             # BaseException too: a handler calling sys.exit() must not end its slot thread.
@@ -580,7 +585,7 @@ class Worker:
         """Mark a database call of this thread for the watchdog."""
         name = threading.current_thread().name
         outer = self._db_calls.get(name)  # a renewal inside the housekeeping
-        self._db_calls[name] = (time.monotonic(), what)
+        self._db_calls[name] = (time.monotonic(), what, connections[DEFAULT_DB_ALIAS])
         try:
             yield
         finally:
@@ -594,13 +599,27 @@ class Worker:
         waited longer than `db_wait_warning` seconds, again every 30 s while
         it waits, and when it ends — a worker starved of server connections
         (a session-mode pooler's pool taken by other clients, the server's
-        max_connections) or held by a lock says so instead of hanging silently."""
+        max_connections) or held by a lock says so instead of hanging silently.
+        Once a stop's grace period is over, the connection of every call
+        still waiting (longer than `db_wait_warning`) is cut (`_cut`): the
+        call fails at once and the
+        worker exits, where a pooler would keep it queued for minutes
+        (PgBouncer's query_wait_timeout; it ignores a cancel request for a
+        query it has not handed to a server)."""
         limit = self.config.db_wait_warning
         warned: dict[tuple[str, float], float] = {}  # (thread, since) → when last logged
-        while not self._stopping.wait(min(1.0, limit / 2)):
+        stop_seen = None  # monotonic; when the watchdog first saw the stop
+        while not self._finished.wait(min(1.0, limit / 2)):
             now = time.monotonic()
             calls = dict(self._db_calls)
-            for name, (since, what) in calls.items():
+            if self._stopping.is_set():
+                stop_seen = stop_seen or now
+                if now - stop_seen >= self.config.grace:
+                    for name, (since, what, wrapper) in calls.items():
+                        if now - since >= limit and _cut(wrapper):
+                            self._event("worker.db_wait_cut", level=logging.WARNING, thread=name, call=what,
+                                        waited=round(now - since, 1), reason="the grace period of the stop is over")
+            for name, (since, what, _) in calls.items():
                 last = warned.get((name, since))
                 if now - since >= limit and (last is None or now - last >= 30.0):
                     warned[(name, since)] = now
@@ -664,3 +683,18 @@ class Worker:
                 record[k] = v
         log.handle(log.makeRecord(log.name, level, __file__, 0, event, (), None, extra={"fields": record}))
 
+
+def _cut(wrapper) -> bool:
+    """Shut the socket of a thread's database connection from another
+    thread: the call waiting on it fails at once (`OperationalError`).
+    False when there is no socket to cut (not connected, SQLite)."""
+    try:
+        fd = wrapper.connection.fileno()
+    except (AttributeError, DatabaseError, ValueError, TypeError):
+        return False
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        return False
+    return True

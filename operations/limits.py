@@ -34,7 +34,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.errors import Deferred, InvalidTransition, JobNotFound
-from jobs.selectors import job_by_key
+from jobs.selectors import job_locked
 from jobs.states import State
 from jobs.store import Store
 
@@ -71,7 +71,11 @@ def _recheck_at():
 def _hold(job, hold: Hold) -> Deferred:
     DispatchHold.objects.update_or_create(tenant=job.tenant, job_key=job.key,
                                           defaults={"cause": hold.cause, "reason": hold.reason})
-    return Deferred(hold.reason, wake_at=_recheck_at())
+    # Asked when the worker records the wait (the job's row locked first,
+    # then the hold's, as here): a pause lifted since deleted the hold and
+    # could not resume a job still LEASED, so the job must not wait.
+    still = DispatchHold.objects.select_for_update().filter(tenant=job.tenant, job_key=job.key, cause=hold.cause)
+    return Deferred(hold.reason, wake_at=_recheck_at(), held=lambda: still.first() is not None)
 
 
 def window_full_since(limit: ActionLimit, *, now):
@@ -82,7 +86,7 @@ def window_full_since(limit: ActionLimit, *, now):
     many operations the table holds."""
     since = now - timedelta(seconds=limit.window_seconds)
     if limit.max_effects == 0:
-        return since  # nothing is ever allowed: the window opens a window from now
+        return since  # nothing is ever allowed (`dispatch_gate` holds the job instead)
     recent = (Operation.objects.filter(tenant=limit.tenant, action=limit.action, created_at__gt=since)
               .order_by("-created_at").values_list("created_at", flat=True))
     return recent[limit.max_effects - 1 : limit.max_effects].first()
@@ -102,6 +106,12 @@ def dispatch_gate(job) -> Deferred | None:
         return _hold(job, Hold(f"action:{job.action}",
                                f"held: action {job.action} is paused for tenant {job.tenant}{why}; nothing was "
                                f"sent. It goes on when an operator resumes the action."))
+    if limit is not None and limit.max_effects == 0:
+        # None allowed: no window ever opens, so the job is held (waiting
+        # once, not claimed again and again) until the limit is raised.
+        return _hold(job, Hold(_none_allowed(job.action),
+                               f"held: tenant {job.tenant} allows no {job.action} (its effect limit is 0); nothing "
+                               f"was sent. It goes on when an operator raises the limit."))
     if limit is not None and limit.max_effects is not None:
         now = timezone.now()
         full_since = window_full_since(limit, now=now)
@@ -127,13 +137,19 @@ def _span(seconds: int) -> str:
 def dispatch_holds_release(*, tenant: str, cause: str, actor: str, reason: str) -> int:
     """Resume the jobs `cause` holds in `tenant` (the pause was lifted);
     returns how many were resumed. A held job that is no longer waiting on
-    its hold (it moved on meanwhile) is left alone; the hold is forgotten
-    either way. Each job is its own short transaction."""
+    its hold (it moved on meanwhile, e.g. to wait for a reply) is left
+    alone; the hold is forgotten either way. A job its worker still holds
+    is not waiting yet: its worker finds the hold gone when it records the
+    wait and hands the job back at once instead (`Store.defer`). Each job
+    is its own short transaction, its row locked before its hold's (the
+    order of the fence and `dispatch_gate`), so the job cannot move on
+    between the check and the resume."""
     resumed = 0
     for hold in DispatchHold.objects.filter(tenant=tenant, cause=cause).order_by("id").iterator():
         with transaction.atomic():
-            DispatchHold.objects.filter(pk=hold.pk).delete()
-            job = job_by_key(tenant=tenant, key=hold.job_key)
+            job = job_locked(tenant=tenant, key=hold.job_key)
+            if not DispatchHold.objects.filter(pk=hold.pk, cause=cause).delete()[0]:
+                continue  # held again by something else, or released meanwhile
             if job is None or job.state != State.WAITING_EXTERNAL or job.wait_reason != hold.reason[:500]:
                 continue
             try:
@@ -152,19 +168,30 @@ def _locked_limit(tenant: str, action: str) -> ActionLimit:
     return limit
 
 
-@transaction.atomic
+def _none_allowed(action: str) -> str:
+    """The hold cause of a limit of 0 on `action`."""
+    return f"limit:{action}"
+
+
 def action_limit_set(*, tenant: str, action: str, max_effects: int | None, window_seconds: int = 24 * 3600,
                      actor: str) -> ActionLimit:
     """At most `max_effects` new operations of `action` per rolling
-    `window_seconds` for `tenant` (None: no limit). Raises `ValueError` for
-    a negative limit or a window under one second."""
+    `window_seconds` for `tenant` (None: no limit; 0: none at all, the jobs
+    are held). A limit above 0, or none, resumes the jobs a limit of 0
+    held. Raises `ValueError` for a negative limit or a window under one
+    second."""
     if max_effects is not None and max_effects < 0:
         raise ValueError(f"max_effects must be 0 or more, not {max_effects}")
     if window_seconds < 1:
         raise ValueError(f"window_seconds must be at least 1, not {window_seconds}")
-    limit = _locked_limit(tenant, action)
-    limit.max_effects, limit.window_seconds, limit.updated_by = max_effects, window_seconds, actor
-    limit.save()
+    with transaction.atomic():
+        limit = _locked_limit(tenant, action)
+        limit.max_effects, limit.window_seconds, limit.updated_by = max_effects, window_seconds, actor
+        limit.save()
+    if max_effects != 0:
+        shown = "no limit" if max_effects is None else f"{max_effects} per {_span(window_seconds)}"
+        dispatch_holds_release(tenant=tenant, cause=_none_allowed(action), actor=actor,
+                               reason=f"effect limit of {action} raised to {shown} by {actor}")
     return limit
 
 

@@ -1,4 +1,4 @@
-"""A private PgBouncer in transaction mode in front of one database, for the
+"""A private PgBouncer (transaction mode, or session mode) in front of one database, for the
 pooler tests and `manage.py bench --pooler` (CI starts its own in `.ci/run`).
 
 It runs as the `postgres` user when started by root (PgBouncer refuses to
@@ -63,9 +63,12 @@ class PgBouncer:
 
 
 def start_pgbouncer(*, dbname: str, host: str = "127.0.0.1", port: int = 5432, pool_size: int = 4,
-                    max_client_conn: int = 500) -> PgBouncer:
-    """Start PgBouncer (transaction mode, `pool_size` server connections)
-    in front of `dbname` on `host:port`; returns once it accepts logins."""
+                    max_client_conn: int = 500, pool_mode: str = "transaction") -> PgBouncer:
+    """Start PgBouncer (`pool_mode` transaction or session, `pool_size`
+    server connections) in front of `dbname` on `host:port`; returns once
+    it accepts logins."""
+    if pool_mode not in ("transaction", "session"):
+        raise PgBouncerError(f"pool_mode is transaction or session, not {pool_mode!r}")
     binary = pgbouncer_binary()
     if binary is None:
         raise PgBouncerError("PgBouncer is not installed (Debian: apt-get install pgbouncer)")
@@ -80,7 +83,7 @@ def start_pgbouncer(*, dbname: str, host: str = "127.0.0.1", port: int = 5432, p
         f"listen_port = {listen}\n"
         "unix_socket_dir =\n"
         "auth_type = any\n"
-        "pool_mode = transaction\n"
+        f"pool_mode = {pool_mode}\n"
         f"default_pool_size = {pool_size}\n"
         "min_pool_size = 0\n"
         "reserve_pool_size = 0\n"

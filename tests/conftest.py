@@ -133,9 +133,10 @@ def test_database_url(transactional_db):
 
 @pytest.fixture
 def pgbouncer(test_database_url):
-    """Start private PgBouncers (transaction mode) in front of the test
-    database, which pytest-django created directly — never through the
-    pooler; `pgbouncer(pool_size=N)` returns one (`.url` leads through it).
+    """Start private PgBouncers (transaction mode unless `pool_mode="session"`)
+    in front of the test database, which pytest-django created directly —
+    never through the pooler; `pgbouncer(pool_size=N)` returns one (`.url`
+    leads through it).
     All are stopped at teardown, before the test database is flushed or
     dropped. For tests marked `pooler`."""
     from proving.pgbouncer import start_pgbouncer
@@ -143,9 +144,10 @@ def pgbouncer(test_database_url):
     settings_dict = connection.settings_dict
     started = []
 
-    def start(*, pool_size: int = 4):
+    def start(*, pool_size: int = 4, pool_mode: str = "transaction"):
         bouncer = start_pgbouncer(dbname=settings_dict["NAME"], host=settings_dict.get("HOST") or "127.0.0.1",
-                                  port=int(settings_dict.get("PORT") or 5432), pool_size=pool_size)
+                                  port=int(settings_dict.get("PORT") or 5432), pool_size=pool_size,
+                                  pool_mode=pool_mode)
         started.append(bouncer)
         return bouncer
 

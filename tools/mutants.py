@@ -522,8 +522,8 @@ MUTANTS: list[Mutant] = [
         Edit("operations/limits.py", "        if full_since is not None:", "        if False:"),),
         ("tests/operations/test_limits.py",)),
     Mutant("deferred-hands-back-attempt", "waiting on a limit or a pause uses up no attempt", (
-        Edit("jobs/worker.py", "                                                      hand_back_attempt=True), \"waiting\")",
-             "                                                      hand_back_attempt=False), \"waiting\")"),),
+        Edit("jobs/store.py", "                      hand_back_attempt=True, now=now)",
+             "                      hand_back_attempt=False, now=now)"),),
         ("tests/jobs/test_worker.py::test_a_deferred_job_waits_with_its_reason_hands_its_attempt_back_and_runs_when_due",)),
     Mutant("handler-timed-when-it-raises", "a handler's duration is observed whether it returns or raises", (
         Edit("jobs/worker.py", "                observe(time.perf_counter() - started)",
@@ -696,6 +696,30 @@ MUTANTS: list[Mutant] = [
         Edit("company/review_notify.py", "        key = review_digest_key(ctx.tenant, user.pk, start)",
              "        key = review_digest_key(ctx.tenant, user.pk, start) + ctx.worker_id"),),
         ("tests/company/test_review_digest.py",)),
+    Mutant("hold-lifted-before-wait", "a pause lifted while the worker held the job leaves it READY, not waiting", (
+        Edit("jobs/store.py", "            if deferred.held is not None and not deferred.held():", "            if False:"),),
+        ("tests/operations/test_holds.py::test_a_pause_lifted_while_the_worker_holds_the_job_lets_it_go_on_at_once",)),
+    Mutant("hold-release-locks-the-job", "a lifted pause resumes a job only while it still waits on that pause", (
+        Edit("jobs/selectors.py", "    return Job.objects.select_for_update().by_key(tenant, key).first()",
+             "    return Job.objects.by_key(tenant, key).first()"),),
+        ("tests/operations/test_holds.py::"
+         "test_a_job_moving_on_while_the_pause_is_lifted_is_never_resumed_from_its_new_wait",), postgres=True),
+    Mutant("effect-limit-0-raised-releases", "an effect limit of 0 holds its jobs until it is raised, then resumes them", (
+        Edit("operations/limits.py", "    if max_effects != 0:", "    if False:"),),
+        ("tests/operations/test_limit_zero.py",)),
+    Mutant("stop-cuts-a-starved-call", "a stop does not wait for a database call past the grace period", (
+        Edit("jobs/worker.py", "                        if now - since >= limit and _cut(wrapper):", "                        if False:"),),
+        ("tests/jobs/test_session_pool_starved_pg.py",), postgres=True),
+    Mutant("chaos-survives-failover", "chaos reconnects when its database goes away", (
+        Edit("proving/management/commands/chaos.py", "            except (OperationalError, InterfaceError) as exc:",
+             "            except ZeroDivisionError as exc:"),),
+        ("tests/proving/test_chaos_failover.py::test_chaos_survives_its_database_going_away_once",)),
+    Mutant("chaos-no-orphans", "chaos never leaves a worker running, however it ends", (
+        Edit("proving/management/commands/chaos.py", "                self._stop_children()", "                pass"),),
+        ("tests/proving/test_chaos_failover.py::test_chaos_failing_leaves_no_worker_running",)),
+    Mutant("proposal-limit-0-refuses", "a proposal limit of 0 refuses every proposal, with no retry time", (
+        Edit("gateway/services.py", "        if limit == 0:", "        if False:"),),
+        ("tests/gateway/test_proposal_limit_zero.py",)),
 ]
 
 

@@ -16,3 +16,11 @@ def provider(settings):
         settings.PROVIDER_READ_TIMEOUT = read_timeout
 
     return aim
+
+
+@pytest.fixture
+def sim(start_sim, provider):
+    """An idempotent simulator, this process's connectors aimed at it."""
+    handle = start_sim("idempotent")
+    provider(handle)
+    return handle

@@ -26,13 +26,6 @@ def run_until_idle(**config) -> Worker:
     return worker
 
 
-@pytest.fixture
-def sim(start_sim, provider):
-    handle = start_sim("idempotent")
-    provider(handle)
-    return handle
-
-
 def states() -> dict[str, str]:
     return dict(Job.objects.values_list("key", "state"))
 

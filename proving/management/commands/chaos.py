@@ -27,7 +27,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -119,10 +119,9 @@ class Command(BaseCommand):
         self.deadline = started + opts["deadline"]
         self.opts, self.rng, self.workdir, self.prefix, self.tenant = opts, rng, workdir, prefix, opts["tenant"]
         self.launched = 0
+        self.children: list[subprocess.Popen] = []
         if opts["cut_connections"]:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT now()")  # the database's clock, as pg_stat_activity's
-                self.since = cursor.fetchone()[0]
+            self.since = self._read(_database_now)
 
         sim_options = {
             "stall_after_accept": opts["stall_after_accept"], "stall_probability": opts["stall_probability"],
@@ -136,13 +135,20 @@ class Command(BaseCommand):
                 "PROVIDER_CONNECT_TIMEOUT": "1.0",
                 "PYTHONUNBUFFERED": "1",
             }
-            self._enqueue(PROVIDER_FOR_SIMULATOR_MODE[opts["mode"]])
-            kills, cuts = self._chaos_phase()
-            self._clean_phase()
+            # A SIGTERM to this command ends it through the `finally` below.
+            previous = signal.signal(signal.SIGTERM, _interrupted)
+            try:
+                self._enqueue(PROVIDER_FOR_SIMULATOR_MODE[opts["mode"]])
+                kills, cuts = self._chaos_phase()
+                self._clean_phase()
+            finally:
+                # However the run ends (an error, Ctrl-C), no worker outlives it.
+                self._stop_children()
+                signal.signal(signal.SIGTERM, previous)
             messages = sim.messages()
         elapsed = time.monotonic() - started
 
-        verdict = self._judge(messages)
+        verdict = self._read(lambda: self._judge(messages))
         self._report(verdict, messages, kills=kills, cuts=cuts, seed=seed, run=run, elapsed=elapsed)
         if verdict.ok and not opts["keep_logs"]:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -197,27 +203,24 @@ class Command(BaseCommand):
                 delivered["kill"] += 1
             victim.wait()
             workers[workers.index(victim)] = self._start_worker()
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+        self._stop_children()
         return delivered["kill"], delivered["cut"]
 
     def _cut_connections(self) -> int:
         """Terminate every connection to this database opened since the run
         began but this command's own — the fleet's claim, heartbeat and
         LISTEN connections; returns how many."""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= %s",
-                [self.since],
-            )
-            return cursor.fetchone()[0]
+
+        def cut():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND backend_start >= %s",
+                    [self.since],
+                )
+                return cursor.fetchone()[0]
+
+        return self._read(cut)
 
     def _clean_phase(self) -> None:
         """One clean worker until idle, again as long as jobs are merely
@@ -246,23 +249,54 @@ class Command(BaseCommand):
         process = subprocess.Popen(command, env=self.env, cwd=settings.BASE_DIR, stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
+        self.children.append(process)
         return process
 
+    def _stop_children(self) -> None:
+        """SIGTERM every worker still running, then SIGKILL those that do
+        not exit within their grace; every one is waited for."""
+        alive = [child for child in self.children if child.poll() is None]
+        for child in alive:
+            child.send_signal(signal.SIGTERM)
+        for child in alive:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
     # ------------------------------------------------------------ reading the database
+
+    def _read(self, read):
+        """`read()`, retried while the database is away (a failover, a
+        restart: the connection breaks, the new primary is not up yet),
+        reconnecting each time, until the run's deadline."""
+        failures = 0
+        while True:
+            try:
+                return read()
+            except (OperationalError, InterfaceError) as exc:
+                failures += 1
+                if time.monotonic() >= self.deadline:
+                    raise
+                self.stderr.write(f"the database is away ({str(exc).strip()[:200]}); reconnecting")
+                connection.close()
+                time.sleep(min(2.0, 0.05 * 2 ** failures))
 
     def _jobs(self):
         return Job.objects.filter(tenant=self.tenant, key__startswith=self.prefix)
 
     def _anything_started(self) -> bool:
-        return self._jobs().exclude(state=State.READY).exists() or self._jobs().filter(attempts__gt=0).exists()
+        return self._read(lambda: self._jobs().exclude(state=State.READY).exists()
+                          or self._jobs().filter(attempts__gt=0).exists())
 
     def _unsettled(self) -> int:
-        return self._jobs().filter(state__in=UNSETTLED).count()
+        return self._read(lambda: self._jobs().filter(state__in=UNSETTLED).count())
 
     def _seconds_until_due(self) -> float:
-        due = self._jobs().filter(state__in=UNSETTLED).aggregate(
+        due = self._read(lambda: self._jobs().filter(state__in=UNSETTLED).aggregate(
             retry=Min("next_attempt_at"), lease=Min("lease_until")
-        )
+        ))
         times = [t for t in due.values() if t is not None]
         if not times:
             return 0.0
@@ -358,3 +392,13 @@ class Command(BaseCommand):
 
 def _counts(counter: Counter) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(counter.items())) or "none"
+
+
+def _database_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")  # the database's clock, as pg_stat_activity's
+        return cursor.fetchone()[0]
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
