@@ -12,7 +12,9 @@ import json
 from typing import Literal
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
+from django.urls import re_path
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -90,6 +92,17 @@ class GatewayAPI(NinjaAPI):
                                                              "schema": {"type": "integer"}}}
         return schema
 
+    def _get_urls(self):
+        # Last: any other path under the API is a problem document too, not the site's HTML page.
+        urls = [url if url.name != "api-root" else re_path(r"^$", _unrouted, name="api-root")
+                for url in super()._get_urls()]
+        return [*urls, re_path(r"^.*$", _unrouted, name="unrouted")]
+
+
+def _unrouted(request, *args, **kwargs):
+    return problem_response(Refused(404, "not-found", f"no {request.method} {request.path[:200]} in this API "
+                                                      f"(its document: /api/v1/openapi.json)"))
+
 
 api = GatewayAPI(title="Durable workers — agent gateway", version="1", urls_namespace="gateway-api",
                  auth=KeyAuth(), parser=StrictJson(), docs_url="/docs", openapi_url="/openapi.json",
@@ -109,6 +122,12 @@ def problem_response(refused: Refused) -> HttpResponse:
 @api.exception_handler(Refused)
 def _refused(request, exc: Refused):
     return problem_response(exc)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big_for_django(request, exc):
+    # Past DATA_UPLOAD_MAX_MEMORY_SIZE Django itself refuses to read the body.
+    return problem_response(Refused(413, "body-too-large", f"the body may be at most {max_body_bytes()} bytes"))
 
 
 @api.exception_handler(AuthenticationError)

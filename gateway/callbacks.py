@@ -83,6 +83,12 @@ def event_id(*, tenant: str, key: str, history_id: int, type_: str) -> uuid.UUID
     return uuid.uuid5(EVENT_NAMESPACE, f"{tenant}\n{key}\n{history_id}\n{type_}")
 
 
+def delivery_key(identity: uuid.UUID) -> str:
+    """The key of the job delivering event `identity`: in the system's own
+    namespace (`jobs.validation.SYSTEM_KEY_PREFIXES`), where no agent proposes."""
+    return f"callback-{identity}"
+
+
 def _bounded(view: dict) -> dict:
     """The proposal as the event carries it; a result too large for a job's
     payload is left out (the agent reads it with GET /api/v1/proposals/<key>)."""
@@ -96,7 +102,7 @@ def _emit(watched: AgentProposal, job, row, type_: str, view: dict) -> bool:
     if CallbackEvent.objects.filter(pk=identity).exists():
         return False
     body = {"id": str(identity), "type": type_, "created_at": row.created_at.isoformat(), "proposal": view}
-    delivery = f"callback-{identity}"
+    delivery = delivery_key(identity)
     CallbackEvent.objects.create(id=identity, agent_id=watched.agent_id, proposal=watched, type=type_,
                                  job_key=delivery)
     Store().enqueue(watched.tenant, delivery, action=DELIVER, payload={"agent": watched.agent_id, "event": body},

@@ -5,7 +5,11 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 `handlers` module at start-up, which registers it.
 """
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from connectors.registry import provider_known
 
 from jobs.actions import JobContext, action
 from jobs.errors import PermanentError
@@ -26,6 +30,21 @@ EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f
 # characters but tab and line breaks.
 TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 PROVIDER_PATTERN = r"^[a-z0-9][a-z0-9:._-]{0,99}$"
+# One line a person reads (an email's subject): no control characters at all,
+# so no line break that would start another header.
+LINE_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+
+def _provider_known(name: str) -> str:
+    # Refused when proposed, not after a reviewer approved it: an unknown
+    # provider would only send the approved job back to review.
+    if not provider_known(name):
+        raise ValueError(f"no provider named {name!r} is configured here")
+    return name
+
+
+# An email payload's chosen provider (None: the deployment's default).
+ProviderChoice = Annotated[str, AfterValidator(_provider_known)] | None
 
 
 class EmailPayload(BaseModel):
@@ -35,11 +54,11 @@ class EmailPayload(BaseModel):
 
     to: str = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
                     json_schema_extra={"format": "email", "x-correctable": True})
-    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=TEXT_PATTERN,
+    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=LINE_PATTERN,
                          json_schema_extra={"x-correctable": True})
     body: str = Field(title="Message", min_length=1, max_length=50_000, pattern=TEXT_PATTERN,
                       json_schema_extra={"x-correctable": True, "x-multiline": True})
-    provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+    provider: ProviderChoice = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
                                  description="The email provider (default: the deployment's).")
     revision: int | None = Field(None, title="Revision", ge=1, le=10_000,
                                  description="Set by a reviewer's correction; leave it out.")
