@@ -57,6 +57,7 @@ from operations.selectors import receipts_for_job
 from review.admin import TimelineItem
 
 from .models import Agent, AgentProposal, CallbackEvent
+from .schemas import timestamp
 from .services import callback_allow_private, callback_require_https, proposal_view
 
 DELIVER = "gateway.deliver_callback"
@@ -101,7 +102,7 @@ def _emit(watched: AgentProposal, job, row, type_: str, view: dict) -> bool:
     identity = event_id(tenant=watched.tenant, key=watched.job_key, history_id=row.id, type_=type_)
     if CallbackEvent.objects.filter(pk=identity).exists():
         return False
-    body = {"id": str(identity), "type": type_, "created_at": row.created_at.isoformat(), "proposal": view}
+    body = {"id": str(identity), "type": type_, "created_at": timestamp(row.created_at), "proposal": view}
     delivery = delivery_key(identity)
     CallbackEvent.objects.create(id=identity, agent_id=watched.agent_id, proposal=watched, type=type_,
                                  job_key=delivery)

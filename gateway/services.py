@@ -38,7 +38,7 @@ from operations.selectors import receipts_for_job
 from .keys import IssuedKey, callback_secret_generate, key_generate, key_parse, secret_matches
 from .models import Agent, AgentProposal, ApiKey
 from .problems import Refused, field_errors, unauthorized
-from .schemas import ProposalIn
+from .schemas import ProposalIn, timestamp
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 PAGE_SIZE = 50
@@ -405,10 +405,10 @@ def proposal_view(job, proposal: Proposal | None) -> dict:
         "action": job.action,
         "state": str(job.state),
         "needs_review": proposal.needs_review if proposal is not None else False,
-        "created_at": (proposal.created_at if proposal is not None else job.created_at).isoformat(),
+        "created_at": timestamp(proposal.created_at if proposal is not None else job.created_at),
         "decision": None if decided is None else {"decision": decided.kind, "by": decided.actor,
-                                                  "at": decided.created_at.isoformat(), "note": decided.reason},
+                                                  "at": timestamp(decided.created_at), "note": decided.reason},
         "outcome": {"state": str(job.state), "result": job.result, "receipts": receipts}
         if settled or receipts else None,
-        "links": {"self": f"/api/v1/proposals/{job.key}", "console": reverse("admin:jobs_job_change", args=[job.pk])},
+        "links": {"self": f"/api/v1/proposals/{job.key}", "console": reverse("console:decide", args=[job.pk])},
     }

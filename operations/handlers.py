@@ -7,6 +7,8 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 
 from typing import Annotated
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from connectors.registry import provider_known
@@ -43,6 +45,17 @@ def _provider_known(name: str) -> str:
     return name
 
 
+def _email_address(address: str) -> str:
+    # The `email` format the schema declares, checked as a reviewer's
+    # correction form checks it (Django's EmailField).
+    try:
+        validate_email(address)
+    except ValidationError:
+        raise ValueError("not an email address") from None
+    return address
+
+
+EmailAddress = Annotated[str, AfterValidator(_email_address)]
 # An email payload's chosen provider (None: the deployment's default).
 ProviderChoice = Annotated[str, AfterValidator(_provider_known)] | None
 
@@ -52,7 +65,7 @@ class EmailPayload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="Email")
 
-    to: str = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
+    to: EmailAddress = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
                     json_schema_extra={"format": "email", "x-correctable": True})
     subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=LINE_PATTERN,
                          json_schema_extra={"x-correctable": True})
