@@ -33,7 +33,7 @@ from jobs.selectors import wake_detail
 from jobs.store import Store
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
 from operations.models import Receipt
-from operations.handlers import PROVIDER_PATTERN, ProviderChoice
+from operations.handlers import ProviderChoice
 from operations.protocol import operation_perform, operation_settle
 from operations.selectors import operation_for_step
 
@@ -82,7 +82,7 @@ class RecordEmailPayload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="Email rendered from the record")
 
-    provider: ProviderChoice = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+    provider: ProviderChoice = Field(None, title="Provider",
                                  description="The email provider (default: the deployment's).")
 
 

@@ -118,6 +118,13 @@ def provider_known(provider_name: str) -> bool:
     return registered or provider_name in PROVIDER_CAPABILITIES
 
 
+def provider_names() -> list[str]:
+    """The providers one may choose by name (`provider_known`), sorted."""
+    with _registered_lock:
+        registered = set(_registered)
+    return sorted(registered | set(PROVIDER_CAPABILITIES))
+
+
 def register_connector_family(prefix: str, factory: Callable[[str], Connector]) -> None:
     """Serve every name starting with `prefix` with `factory(name)`: one
     provider per name (per receiver, say), so a pause of one — credentials

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from connectors.registry import provider_names
 from jobs.payloads import payload_json_schema
 from jobs.states import State
 from operations.handlers import TEXT_PATTERN
@@ -146,12 +147,15 @@ def proposal_union(proposal: dict, actions: list[str]) -> dict:
     `payload` that action's own schema — and `ProposalIn` the `oneOf` of them,
     told apart by `action`. (`proposal` is ProposalIn's generated schema.)"""
     payloads, definitions = payload_alternatives(actions)
+    payloads = [_providers_listed(payload) for payload in payloads]
     components, mapping = {}, {}
     for name, payload in zip(actions, payloads):
         variant = json.loads(json.dumps(proposal))
         variant["title"] = f"Proposal of {name}"
         variant["properties"]["action"] = {"type": "string", "const": name, "enum": [name], "title": "Action"}
         variant["properties"]["payload"] = {**payload, "description": f"The payload of {name}."}
+        if payload.get("required"):  # the default, {}, would not do
+            variant["required"] = [*variant.get("required", []), "payload"]
         component = "Proposal_" + name.replace(".", "_")
         components[component] = variant
         mapping[name] = f"#/components/schemas/{component}"
@@ -161,3 +165,16 @@ def proposal_union(proposal: dict, actions: list[str]) -> dict:
     # An action schema's own definitions live beside the other components.
     text = json.dumps({**components, **definitions}).replace('"#/$defs/', '"#/components/schemas/')
     return json.loads(text)
+
+
+def _providers_listed(schema):
+    """`schema` with each provider choice (`x-provider`) listing the providers
+    configured now: what the document allows is what a proposal may name."""
+    if isinstance(schema, list):
+        return [_providers_listed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    listed = {key: _providers_listed(value) for key, value in schema.items()}
+    if listed.get("x-provider"):
+        listed["enum"] = provider_names()
+    return listed

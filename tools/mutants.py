@@ -581,6 +581,32 @@ MUTANTS: list[Mutant] = [
         Edit("connectors/webhook.py", "    carried = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]",
              "    carried = [ip.ipv4_mapped]"),),
         ("tests/gateway/test_walls.py::test_ipv6_addresses_that_embed_a_refused_ipv4_address_are_refused",)),
+    Mutant("openapi-servers", "the OpenAPI paths are relative to the server the document names", (
+        Edit("gateway/api.py", '        schema = super().get_openapi_schema(path_prefix="", path_params=path_params)',
+             "        schema = super().get_openapi_schema(path_prefix=root, path_params=path_params)"),),
+        ("tests/gateway/test_openapi_client.py::test_the_document_names_its_server_and_its_paths_are_relative_to_it",
+         "tests/gateway/test_openapi_client.py::test_a_generated_client_proposes_reads_and_lists_with_the_readmes_base_url")),
+    Mutant("openapi-payload-union", "each action's payload schema is tied to its action (a discriminated union)", (
+        Edit("gateway/api.py", '            components.update(proposal_union(components["ProposalIn"], schema_actions()))',
+             "            pass"),),
+        ("tests/gateway/test_openapi_client.py::test_each_actions_payload_is_tied_to_its_action_by_a_discriminated_union",)),
+    Mutant("gateway-time-format", "every time the gateway shows is RFC 3339 UTC with Z", (
+        Edit("gateway/schemas.py", '    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")',
+             "    return moment.isoformat()"),),
+        ("tests/gateway/test_callbacks.py::test_the_guides_verification_accepts_a_delivered_callback_and_refuses_a_replay",
+         "tests/gateway/test_openapi_client.py::test_a_generated_client_proposes_reads_and_lists_with_the_readmes_base_url")),
+    Mutant("console-link-decision-page", "a proposal's links.console opens its decision page", (
+        Edit("gateway/services.py", '"console": reverse("console:decide", args=[job.pk])}',
+             '"console": reverse("admin:jobs_job_change", args=[job.pk])}'),),
+        ("tests/gateway/test_callbacks.py::test_the_guides_verification_accepts_a_delivered_callback_and_refuses_a_replay",)),
+    Mutant("email-recipient-format", "a recipient the document calls no email address is refused", (
+        Edit("operations/handlers.py", "EMAIL_PATTERN = (r\"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-](?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]"
+             "{0,62}[A-Za-z0-9!#$%&'*+/=?^_`{|}~-])?\"", "EMAIL_PATTERN = (r\"^[^@\\s]+\""),),
+        ("tests/gateway/test_walls.py::test_a_recipient_is_an_email_address_as_the_document_says",
+         "tests/gateway/test_api_schema.py")),
+    Mutant("demo-leaves-agent-key", "make demo prints a usable agent key last and keeps it in a file", (
+        Edit("company/management/commands/demo.py", "        w(issued.key)", "        w(issued.prefix)"),),
+        ("tests/company/test_demo.py::test_demo_story_sends_each_email_once_and_tells_what_happened",)),
     Mutant("correction-line-breaks", "a correction compares and stores a textarea's CRLF as LF", (
         Edit("review/decisions.py", '        return value.replace("\\r\\n", "\\n").replace("\\r", "\\n")', "        return value"),),
         ("tests/console/test_decision_page.py::test_a_correction_of_only_the_address_sent_with_crlf_records_no_body_change",

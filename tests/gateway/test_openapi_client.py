@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from company.services import tenant_ensure
+from connectors.registry import provider_names
 from gateway.services import agent_create
 from jobs.actions import schema_actions
 from jobs.payloads import payload_json_schema
@@ -41,7 +42,11 @@ def test_each_actions_payload_is_tied_to_its_action_by_a_discriminated_union(cli
         variant = schemas[ref.rsplit("/", 1)[1]]
         assert variant["properties"]["action"]["const"] == action
         payload = variant["properties"]["payload"]
-        assert payload["properties"] == payload_json_schema(action)["properties"]
+        assert set(payload["properties"]) == set(payload_json_schema(action)["properties"])
+        # A provider the document offers is one a proposal may name (no schema-valid 422).
+        provider = payload["properties"].get("provider")
+        if provider is not None:
+            assert provider["anyOf"][0]["enum"] == provider_names()
 
 
 def test_the_cursor_is_described_as_opaque(client, db):

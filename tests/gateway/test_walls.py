@@ -151,3 +151,15 @@ def test_an_inbound_webhooks_signature_covers_its_timestamp(client, settings, db
     honest = client.post("/hooks/sim/events", data=body, content_type="application/json",
                          headers={"X-Signature-Timestamp": str(now - 60), "X-Signature": signed_then})
     assert honest.status_code in (200, 202)
+
+
+@pytest.mark.parametrize(("to", "accepted"), [
+    ("a.b+c@mail.example.org", True), ("ana-s@studio.example", True),
+    ("úÀ@example.com", False), ("x" * 65 + "@example.com", False), ("0@0.a", False), ("a@b", False),
+])
+def test_a_recipient_is_an_email_address_as_the_document_says(api, to, accepted):
+    answer = api.propose("send-1", payload={**EMAIL, "to": to})
+    if accepted:
+        assert answer.status_code == 201
+    else:
+        assert problem(answer, 422)["errors"][0]["loc"] == ["body", "payload", "to"]
