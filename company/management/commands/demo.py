@@ -53,7 +53,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.urls import reverse
 from django.utils import timezone
 
-from company.models import Invoice, Membership, Proposal, Quote, Tenant
+from company.models import Invoice, Membership, Proposal, Quote
 from company.names import (
     AGENT_RUN,
     SEND_INVOICE_REMINDER,
@@ -74,8 +74,6 @@ from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
 from durable.net import free_port
 from durable.numbers import whole_flag
-from gateway.models import Agent
-from gateway.services import agent_create, agent_key_issue
 from jobs import access, interventions
 from jobs.inbound import signature_for
 from jobs.selectors import newest_event
@@ -501,14 +499,15 @@ class Command(BaseCommand):
         """A fresh key of the demo's agent, for the user's own requests:
         printed alone on the last line, and written to a file it names."""
         w = self.stdout.write
-        tenant = Tenant.objects.get(slug=self.tenant_slug)
-        agent = Agent.objects.filter(tenant=tenant, name=DEMO_AGENT).first()
-        if agent is None:
-            agent, issued = agent_create(tenant=tenant, name=DEMO_AGENT, actor="demo", actions=["connectors.send_email"])
-        else:
-            issued = agent_key_issue(agent=agent, actor="demo")
+        printed = StringIO()
+        try:
+            call_command("agent_create", tenant=self.tenant_slug, name=DEMO_AGENT, actions="connectors.send_email",
+                         stdout=printed)
+        except CommandError:  # made by an earlier run: a new key of it
+            call_command("agent_key", tenant=self.tenant_slug, name=DEMO_AGENT, new=True, stdout=printed)
+        key = printed.getvalue().splitlines()[-1]
         path = self.state_dir / "demo-agent-key"
-        path.write_text(issued.key + "\n")
+        path.write_text(key + "\n")
         path.chmod(0o600)
         w(f"  {step}. propose as an agent over the API (agent {DEMO_AGENT} of {self.tenant_slug}, may propose "
           f"connectors.send_email; its key is the last line below and is in {path}):")
@@ -516,7 +515,7 @@ class Command(BaseCommand):
           f"-H 'Content-Type: application/json' -d '{{\"action\": \"connectors.send_email\", \"key\": "
           f"\"welcome-ada-1\", \"rationale\": \"Ada signed up\", \"payload\": {{\"to\": \"ada@example.com\", "
           f"\"subject\": \"Welcome\", \"body\": \"Hello Ada!\"}}}}'")
-        w(issued.key)
+        w(key)
 
     def _what_approval_does(self, job: Job) -> str:
         if job.action == SEND_INVOICE_REMINDER:
