@@ -32,7 +32,7 @@ from jobs.retry import RetryPolicy
 from jobs.selectors import wake_detail
 from jobs.timers import SubjectState, register_subject, timer_condition, timer_schedule, waiting_jobs_resume
 from operations.models import Receipt
-from operations.handlers import PROVIDER_PATTERN
+from operations.handlers import ProviderChoice
 from operations.protocol import operation_perform, operation_settle
 from operations.selectors import operation_for_step
 
@@ -83,7 +83,7 @@ class RecordEmailPayload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="Email rendered from the record")
 
-    provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+    provider: ProviderChoice = Field(None, title="Provider",
                                  description="The email provider (default: the deployment's).")
 
 

@@ -109,6 +109,22 @@ def get_connector(provider_name: str) -> Connector:
     return build_http_connector(provider_name)
 
 
+def provider_known(provider_name: str) -> bool:
+    """Whether `provider_name` names a provider one may choose by name: one
+    registered (`register_connector`) or built in. A family's members
+    (`callback:<agent id>`) are not: each is its owner's alone."""
+    with _registered_lock:
+        registered = provider_name in _registered
+    return registered or provider_name in PROVIDER_CAPABILITIES
+
+
+def provider_names() -> list[str]:
+    """The providers one may choose by name (`provider_known`), sorted."""
+    with _registered_lock:
+        registered = set(_registered)
+    return sorted(registered | set(PROVIDER_CAPABILITIES))
+
+
 def register_connector_family(prefix: str, factory: Callable[[str], Connector]) -> None:
     """Serve every name starting with `prefix` with `factory(name)`: one
     provider per name (per receiver, say), so a pause of one — credentials

@@ -52,20 +52,29 @@ class DestinationRefused(ValueError):
     that is not publicly routable). Nothing was sent."""
 
 
+def _carried_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to: IPv4-mapped, 6to4
+    (2002::/16) and Teredo (2001::/32: its server and its client)."""
+    carried = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    return [address for address in carried if address is not None]
+
+
 def address_problem(address: str) -> str | None:
     """Why a resolved address may not be called on an outsider's behalf
-    (None when it may): only globally routable unicast addresses pass."""
+    (None when it may): only globally routable unicast addresses pass, and
+    so must every IPv4 address an IPv6 address carries."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
-        return f"{address} is a loopback address"
-    if ip.is_link_local:
-        return f"{address} is link-local (where cloud metadata services answer)"
-    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
-        return f"{address} is not a unicast address"
-    if ip.is_private or not ip.is_global:
-        return f"{address} is a private or non-routable address"
+    carried = _carried_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+    for candidate in [*carried, ip]:
+        named = address if candidate is ip else f"{address} (carrying {candidate})"
+        if candidate.is_loopback:
+            return f"{named} is a loopback address"
+        if candidate.is_link_local:
+            return f"{named} is link-local (where cloud metadata services answer)"
+        if candidate.is_multicast or candidate.is_unspecified or candidate.is_reserved:
+            return f"{named} is not a unicast address"
+        if candidate.is_private or not candidate.is_global:
+            return f"{named} is a private or non-routable address"
     return None
 
 

@@ -12,7 +12,9 @@ import json
 from typing import Literal
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
+from django.urls import re_path
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -22,7 +24,7 @@ from jobs.actions import schema_actions
 from jobs.states import State
 
 from .problems import PROBLEM_CONTENT_TYPE, Refused, unauthorized
-from .schemas import ActionOut, Problem, ProposalCreated, ProposalIn, ProposalOut, ProposalPage, payload_alternatives
+from .schemas import CURSOR_DESCRIPTION, ActionOut, Problem, ProposalCreated, ProposalIn, ProposalOut, ProposalPage, proposal_union
 from .services import actions_list, agent_from_key, proposal_propose, proposal_read, proposals_list
 
 DEFAULT_MAX_BODY_BYTES = 512 * 1024
@@ -67,19 +69,17 @@ def _refuse_constant(name: str):
 
 class GatewayAPI(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        """The document, with every error answer described as what it is
-        (`application/problem+json`, 429's `Retry-After`) and the
-        proposable actions listed."""
-        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        # The actions that may be proposed at all (each agent may be allowed fewer).
-        proposal = schema.get("components", {}).get("schemas", {}).get("ProposalIn")
-        if proposal is not None:
-            actions = schema_actions()
-            proposal["properties"]["action"]["enum"] = actions
-            payloads, definitions = payload_alternatives(actions)
-            if payloads and not definitions:  # (refs into $defs would not resolve here)
-                proposal["properties"]["payload"] = {"description": "As the chosen action's payload_schema says.",
-                                                     "anyOf": payloads}
+        """The document a client generator can use: `servers` names the API's
+        root and the paths are relative to it; a proposal is one of the
+        proposable actions, each with its own payload schema, told apart by
+        `action` (a discriminated union); every error answer is described as
+        what it is (`application/problem+json`, 429's `Retry-After`)."""
+        root = (path_prefix if path_prefix is not None else self.get_root_path(path_params or {})).rstrip("/")
+        schema = super().get_openapi_schema(path_prefix="", path_params=path_params)
+        schema["servers"] = [{"url": root, "description": "This API's root (the base URL of a generated client)"}]
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        if "ProposalIn" in components:
+            components.update(proposal_union(components["ProposalIn"], schema_actions()))
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 for status, answer in operation.get("responses", {}).items():
@@ -89,6 +89,17 @@ class GatewayAPI(NinjaAPI):
                         answer["headers"] = {"Retry-After": {"description": "Seconds until a proposal may succeed",
                                                              "schema": {"type": "integer"}}}
         return schema
+
+    def _get_urls(self):
+        # Last: any other path under the API is a problem document too, not the site's HTML page.
+        urls = [url if url.name != "api-root" else re_path(r"^$", _unrouted, name="api-root")
+                for url in super()._get_urls()]
+        return [*urls, re_path(r"^.*$", _unrouted, name="unrouted")]
+
+
+def _unrouted(request, *args, **kwargs):
+    return problem_response(Refused(404, "not-found", f"no {request.method} {request.path[:200]} in this API "
+                                                      f"(its document: /api/v1/openapi.json)"))
 
 
 api = GatewayAPI(title="Durable workers — agent gateway", version="1", urls_namespace="gateway-api",
@@ -109,6 +120,12 @@ def problem_response(refused: Refused) -> HttpResponse:
 @api.exception_handler(Refused)
 def _refused(request, exc: Refused):
     return problem_response(exc)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big_for_django(request, exc):
+    # Past DATA_UPLOAD_MAX_MEMORY_SIZE Django itself refuses to read the body.
+    return problem_response(Refused(413, "body-too-large", f"the body may be at most {max_body_bytes()} bytes"))
 
 
 @api.exception_handler(AuthenticationError)
@@ -154,7 +171,8 @@ def _only_query(request, *known: str) -> None:
 StateName = Literal[tuple(State.values)]
 
 
-@api.get("/actions", response={200: list[ActionOut], **ERRORS}, summary="The actions this agent may propose")
+@api.get("/actions", response={200: list[ActionOut], **ERRORS}, summary="The actions this agent may propose",
+         operation_id="list_actions")
 def list_actions(request):
     """Each action: what it does, whether the tenant's policy sends it to a
     reviewer, and its payload's JSON Schema."""
@@ -164,7 +182,7 @@ def list_actions(request):
 
 @api.post("/proposals", response={200: ProposalCreated, 201: ProposalCreated, 400: Problem, 403: Problem,
                                   409: Problem, 413: Problem, 415: Problem, 423: Problem, 429: Problem, **ERRORS},
-          by_alias=True, summary="Propose work")
+          by_alias=True, summary="Propose work", operation_id="propose")
 def propose(request, proposal: ProposalIn):
     """201 with the new proposal; the same key with the same action and
     payload again: 200 `created: false`; other content under the key: 409."""
@@ -174,15 +192,17 @@ def propose(request, proposal: ProposalIn):
 
 
 @api.get("/proposals/{key}", response={200: ProposalOut, 404: Problem, **ERRORS}, by_alias=True,
-         summary="One proposal, its decision and outcome")
+         summary="One proposal, its decision and outcome",
+         operation_id="read_proposal")
 def read_proposal(request, key: str):
     """A key the agent's tenant does not hold (another tenant's too): 404."""
     _only_query(request)
     return Status(200, proposal_read(agent=request.auth, key=key))
 
 
-@api.get("/proposals", response={200: ProposalPage, **ERRORS}, by_alias=True, summary="This agent's proposals")
-def list_proposals(request, state: StateName | None = Query(None), cursor: str | None = Query(None, max_length=64)):
+@api.get("/proposals", response={200: ProposalPage, **ERRORS}, by_alias=True, summary="This agent's proposals",
+         operation_id="list_proposals")
+def list_proposals(request, state: StateName | None = Query(None), cursor: str | None = Query(None, max_length=64, description=CURSOR_DESCRIPTION)):
     """Newest first, a page at a time; `next` is the cursor of the next page."""
     _only_query(request, "state", "cursor")
     return Status(200, proposals_list(agent=request.auth, state=state, cursor=cursor))

@@ -57,6 +57,7 @@ from operations.selectors import receipts_for_job
 from review.admin import TimelineItem
 
 from .models import Agent, AgentProposal, CallbackEvent
+from .schemas import timestamp
 from .services import callback_allow_private, callback_require_https, proposal_view
 
 DELIVER = "gateway.deliver_callback"
@@ -83,6 +84,12 @@ def event_id(*, tenant: str, key: str, history_id: int, type_: str) -> uuid.UUID
     return uuid.uuid5(EVENT_NAMESPACE, f"{tenant}\n{key}\n{history_id}\n{type_}")
 
 
+def delivery_key(identity: uuid.UUID) -> str:
+    """The key of the job delivering event `identity`: in the system's own
+    namespace (`jobs.validation.SYSTEM_KEY_PREFIXES`), where no agent proposes."""
+    return f"callback-{identity}"
+
+
 def _bounded(view: dict) -> dict:
     """The proposal as the event carries it; a result too large for a job's
     payload is left out (the agent reads it with GET /api/v1/proposals/<key>)."""
@@ -95,8 +102,8 @@ def _emit(watched: AgentProposal, job, row, type_: str, view: dict) -> bool:
     identity = event_id(tenant=watched.tenant, key=watched.job_key, history_id=row.id, type_=type_)
     if CallbackEvent.objects.filter(pk=identity).exists():
         return False
-    body = {"id": str(identity), "type": type_, "created_at": row.created_at.isoformat(), "proposal": view}
-    delivery = f"callback-{identity}"
+    body = {"id": str(identity), "type": type_, "created_at": timestamp(row.created_at), "proposal": view}
+    delivery = delivery_key(identity)
     CallbackEvent.objects.create(id=identity, agent_id=watched.agent_id, proposal=watched, type=type_,
                                  job_key=delivery)
     Store().enqueue(watched.tenant, delivery, action=DELIVER, payload={"agent": watched.agent_id, "event": body},

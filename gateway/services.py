@@ -31,14 +31,14 @@ from jobs.actions import action_spec, schema_actions
 from jobs.payloads import PayloadInvalid, payload_json_schema, payload_validate
 from jobs.selectors import job_by_key, jobs_by_keys, last_decision
 from jobs.states import TERMINAL, State
-from jobs.validation import job_validate
+from jobs.validation import SYSTEM_KEY_PREFIXES, job_validate, system_key
 from operations.limits import Hold, action_paused, dispatch_holds_release
 from operations.selectors import receipts_for_job
 
 from .keys import IssuedKey, callback_secret_generate, key_generate, key_parse, secret_matches
 from .models import Agent, AgentProposal, ApiKey
 from .problems import Refused, field_errors, unauthorized
-from .schemas import ProposalIn
+from .schemas import ProposalIn, timestamp
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 PAGE_SIZE = 50
@@ -292,6 +292,10 @@ def proposal_propose(*, agent: Agent, proposal: ProposalIn) -> tuple[dict, bool]
     the key holds other content, 429 over a limit (with `retry_after`).
     """
     _refuse_unless_proposable(agent, proposal.action)
+    if system_key(proposal.key):
+        raise Refused(422, "validation-error", f"key {proposal.key!r}: reserved for the system's own jobs",
+                      errors=[{"loc": ["body", "key"], "type": "reserved_key",
+                               "msg": f"keys beginning {', '.join(SYSTEM_KEY_PREFIXES)} are the system's own"}])
     try:
         payload = payload_validate(proposal.action, proposal.payload)
     except PayloadInvalid as exc:
@@ -324,20 +328,24 @@ def proposal_propose(*, agent: Agent, proposal: ProposalIn) -> tuple[dict, bool]
                                              job_key=proposal.key, watching=bool(agent.callback_url))
                 return proposal_view(submitted.job, submitted.proposal), True
             existing = submitted.job  # created meanwhile by someone else of the tenant
-    known = Proposal.objects.filter(tenant=tenant, job_key=proposal.key).first()
-    if not _same_content(existing, known, proposal.action, payload):
+    # Only the agent's own proposal is answered again; a key another agent
+    # (or a person, or the system) holds tells nothing of what it holds.
+    mine = AgentProposal.objects.filter(agent=agent, job_key=proposal.key).select_related("proposal").first()
+    if mine is None or not _same_content(existing, mine.proposal, proposal.action, payload):
         raise Refused(409, "key-conflict", f"key {proposal.key} already holds a different proposal (another "
-                                           f"action or payload); choose another key")
-    return proposal_view(existing, known), False
+                                           f"action or payload, or not yours); choose another key")
+    return proposal_view(existing, mine.proposal), False
 
 
 def proposal_read(*, agent: Agent, key: str) -> dict:
-    """The tenant's proposal (or job) under `key`; 404 for a key the
-    agent's tenant does not hold — another tenant's included."""
-    job = job_by_key(tenant=agent.tenant.slug, key=key) if isinstance(key, str) and len(key) <= 200 else None
+    """The agent's own proposal under `key`; 404 for any other key — another
+    agent's of the same tenant, a job the system made, another tenant's."""
+    own = (AgentProposal.objects.filter(agent=agent, job_key=key).select_related("proposal").first()
+           if isinstance(key, str) and len(key) <= 200 else None)
+    job = job_by_key(tenant=agent.tenant.slug, key=key) if own is not None else None
     if job is None:
-        raise Refused(404, "not-found", f"tenant {agent.tenant.slug} holds no proposal {key!r:.210}")
-    return proposal_view(job, Proposal.objects.filter(tenant=agent.tenant, job_key=key).first())
+        raise Refused(404, "not-found", f"agent {agent.name} has no proposal {key!r:.210}")
+    return proposal_view(job, own.proposal)
 
 
 def _cursor(after_id: int) -> str:
@@ -401,10 +409,10 @@ def proposal_view(job, proposal: Proposal | None) -> dict:
         "action": job.action,
         "state": str(job.state),
         "needs_review": proposal.needs_review if proposal is not None else False,
-        "created_at": (proposal.created_at if proposal is not None else job.created_at).isoformat(),
+        "created_at": timestamp(proposal.created_at if proposal is not None else job.created_at),
         "decision": None if decided is None else {"decision": decided.kind, "by": decided.actor,
-                                                  "at": decided.created_at.isoformat(), "note": decided.reason},
+                                                  "at": timestamp(decided.created_at), "note": decided.reason},
         "outcome": {"state": str(job.state), "result": job.result, "receipts": receipts}
         if settled or receipts else None,
-        "links": {"self": f"/api/v1/proposals/{job.key}", "console": reverse("admin:jobs_job_change", args=[job.pk])},
+        "links": {"self": f"/api/v1/proposals/{job.key}", "console": reverse("console:decide", args=[job.pk])},
     }

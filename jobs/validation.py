@@ -118,6 +118,20 @@ class CheckedJob:
     max_attempts: int
 
 
+# The keys of jobs the system makes for itself begin with one of these:
+# callback deliveries (gateway), review escalations and their mails (review,
+# company), timers scheduled without a key (jobs.timers) and Django tasks
+# (jobs.tasks_backend). Whoever proposes from outside (an agent, through the
+# gateway) is refused a key here: a key taken first would keep the system's
+# own job from ever being made (enqueueing an existing key makes nothing).
+SYSTEM_KEY_PREFIXES = ("callback-", "review-", "task-", "timer-")
+
+
+def system_key(key: str) -> bool:
+    """Whether `key` lies in the namespace of the system's own jobs."""
+    return key.startswith(SYSTEM_KEY_PREFIXES)
+
+
 def job_validate(
     *,
     tenant,

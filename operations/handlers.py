@@ -5,7 +5,11 @@ know nothing about jobs (DESIGN §2); the engine imports every installed app's
 `handlers` module at start-up, which registers it.
 """
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from connectors.registry import provider_known
 
 from jobs.actions import JobContext, action
 from jobs.errors import PermanentError
@@ -19,13 +23,33 @@ from .protocol import EMAIL_SEND, operation_perform
 # that a provider outage reaches an operator within minutes.
 SEND_EMAIL_RETRY = RetryPolicy(initial_interval=0.5, max_interval=30.0, max_attempts=8)
 
-# An address with one @, a dot in the domain, no spaces or control characters
-# (the provider validates it fully; a reviewer's form uses Django's check).
-EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+\.[^@\s\x00-\x1f\x7f]+$"
+# An address as Django's EmailValidator (a reviewer's form) takes it, written
+# as a pattern a client can check first: an ASCII local part of at most 64
+# characters (RFC 5321), then host labels and a top-level domain of letters.
+EMAIL_PATTERN = (r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-](?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{0,62}[A-Za-z0-9!#$%&'*+/=?^_`{|}~-])?"
+                 r"@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$")
 # Text a person reads: no NUL (nothing can store it) or other control
 # characters but tab and line breaks.
 TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 PROVIDER_PATTERN = r"^[a-z0-9][a-z0-9:._-]{0,99}$"
+# One line a person reads (an email's subject): no control characters at all,
+# so no line break that would start another header.
+LINE_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+
+def _provider_known(name: str) -> str:
+    # Refused when proposed, not after a reviewer approved it: an unknown
+    # provider would only send the approved job back to review.
+    if not provider_known(name):
+        raise ValueError(f"no provider named {name!r} is configured here")
+    return name
+
+
+# An email payload's chosen provider (None: the deployment's default).
+# `x-provider` marks it for documents that list the providers configured
+# when they are served (the gateway's OpenAPI).
+ProviderChoice = Annotated[str, Field(pattern=PROVIDER_PATTERN, json_schema_extra={"x-provider": True}),
+                           AfterValidator(_provider_known)] | None
 
 
 class EmailPayload(BaseModel):
@@ -35,11 +59,11 @@ class EmailPayload(BaseModel):
 
     to: str = Field(title="Recipient address", max_length=254, pattern=EMAIL_PATTERN,
                     json_schema_extra={"format": "email", "x-correctable": True})
-    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=TEXT_PATTERN,
+    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=LINE_PATTERN,
                          json_schema_extra={"x-correctable": True})
     body: str = Field(title="Message", min_length=1, max_length=50_000, pattern=TEXT_PATTERN,
                       json_schema_extra={"x-correctable": True, "x-multiline": True})
-    provider: str | None = Field(None, title="Provider", pattern=PROVIDER_PATTERN,
+    provider: ProviderChoice = Field(None, title="Provider",
                                  description="The email provider (default: the deployment's).")
     revision: int | None = Field(None, title="Revision", ge=1, le=10_000,
                                  description="Set by a reviewer's correction; leave it out.")

@@ -547,9 +547,11 @@ MUTANTS: list[Mutant] = [
         ("tests/gateway/test_api.py::test_the_same_key_with_other_content_is_a_conflict_and_changes_nothing",)),
     Mutant("tenant-isolation", "another tenant's proposal reads 404", (
         Edit("gateway/services.py",
-             "    job = job_by_key(tenant=agent.tenant.slug, key=key) if isinstance(key, str) and len(key) <= 200 else None",
-             "    job = job_by_key(tenant=AgentProposal.objects.filter(job_key=key).values_list('tenant', flat=True)"
-             ".first() or agent.tenant.slug, key=key)"),),
+             '    own = (AgentProposal.objects.filter(agent=agent, job_key=key).select_related("proposal").first()',
+             '    own = (AgentProposal.objects.filter(job_key=key).select_related("proposal").first()'),
+        Edit("gateway/services.py",
+             "    job = job_by_key(tenant=agent.tenant.slug, key=key) if own is not None else None",
+             "    job = job_by_key(tenant=own.tenant, key=key) if own is not None else None")),
         ("tests/gateway/test_api.py::test_another_tenants_key_reads_404_never_403_and_cannot_touch_the_tenants_keys",)),
     Mutant("proposal-limit", "an agent over its proposal limit is refused 429", (
         Edit("gateway/services.py", "            refusal = proposal_limit_refusal(agent, timezone.now())",
@@ -580,6 +582,67 @@ MUTANTS: list[Mutant] = [
              after="        for address in addresses:"),),
         ("tests/gateway/test_callbacks.py::test_a_callback_address_is_checked_when_delivering_not_only_when_saved",
          "tests/connectors/test_webhook.py")),
+    Mutant("system-keys-reserved", "no agent proposes a key in the namespace of the system's own jobs", (
+        Edit("gateway/services.py", "    if system_key(proposal.key):", "    if False:"),),
+        ("tests/gateway/test_walls.py::test_an_agent_cannot_squat_the_key_of_another_agents_callback_delivery",
+         "tests/gateway/test_walls.py::test_the_keys_of_other_system_jobs_are_refused_too")),
+    Mutant("agent-reads-own-proposals", "an agent reads its own proposals, not its tenant's other agents' or jobs", (
+        Edit("gateway/services.py",
+             '    own = (AgentProposal.objects.filter(agent=agent, job_key=key).select_related("proposal").first()',
+             '    own = (AgentProposal.objects.filter(tenant=agent.tenant.slug, job_key=key).select_related("proposal")'
+             '.first()'),),
+        ("tests/gateway/test_walls.py::test_an_agent_reads_and_lists_only_its_own_proposals_not_its_tenants_other_agents",)),
+    Mutant("repropose-only-own", "proposing another agent's key with its content again does not read it", (
+        Edit("gateway/services.py",
+             '    mine = AgentProposal.objects.filter(agent=agent, job_key=proposal.key).select_related("proposal").first()',
+             '    mine = AgentProposal.objects.filter(tenant=tenant.slug, job_key=proposal.key).select_related("proposal")'
+             '.first()'),),
+        ("tests/gateway/test_walls.py::test_an_agent_reads_and_lists_only_its_own_proposals_not_its_tenants_other_agents",)),
+    Mutant("api-body-too-large-problem", "a body past Django's own limit is 413 problem+json", (
+        Edit("gateway/api.py", "    return problem_response(Refused(413, \"body-too-large\", "
+             "f\"the body may be at most {max_body_bytes()} bytes\"))", "    raise exc"),),
+        ("tests/gateway/test_walls.py::test_a_body_over_djangos_own_limit_is_413_problem_json",)),
+    Mutant("api-unrouted-problem", "an unrouted path under the API is a problem+json 404", (
+        Edit("gateway/api.py", '        return [*urls, re_path(r"^.*$", _unrouted, name="unrouted")]', "        return urls"),),
+        ("tests/gateway/test_walls.py::test_an_unrouted_path_under_the_api_is_a_problem_404",)),
+    Mutant("provider-known-at-proposal", "a payload naming an unknown provider is refused when proposed", (
+        Edit("operations/handlers.py", "    if not provider_known(name):", "    if False:"),),
+        ("tests/gateway/test_walls.py::test_a_proposal_naming_an_unknown_provider_is_refused_at_proposal",)),
+    Mutant("email-subject-one-line", "an email subject holds no line break", (
+        Edit("operations/handlers.py",
+             '    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=LINE_PATTERN,',
+             '    subject: str = Field(title="Subject", min_length=1, max_length=200, pattern=TEXT_PATTERN,'),),
+        ("tests/gateway/test_walls.py::test_a_line_break_in_an_email_subject_is_refused",)),
+    Mutant("callback-address-carried-ipv4", "an IPv6 address carrying a refused IPv4 address (6to4, Teredo) is refused", (
+        Edit("connectors/webhook.py", "    carried = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]",
+             "    carried = [ip.ipv4_mapped]"),),
+        ("tests/gateway/test_walls.py::test_ipv6_addresses_that_embed_a_refused_ipv4_address_are_refused",)),
+    Mutant("openapi-servers", "the OpenAPI paths are relative to the server the document names", (
+        Edit("gateway/api.py", '        schema = super().get_openapi_schema(path_prefix="", path_params=path_params)',
+             "        schema = super().get_openapi_schema(path_prefix=root, path_params=path_params)"),),
+        ("tests/gateway/test_openapi_client.py::test_the_document_names_its_server_and_its_paths_are_relative_to_it",
+         "tests/gateway/test_openapi_client.py::test_a_generated_client_proposes_reads_and_lists_with_the_readmes_base_url")),
+    Mutant("openapi-payload-union", "each action's payload schema is tied to its action (a discriminated union)", (
+        Edit("gateway/api.py", '            components.update(proposal_union(components["ProposalIn"], schema_actions()))',
+             "            pass"),),
+        ("tests/gateway/test_openapi_client.py::test_each_actions_payload_is_tied_to_its_action_by_a_discriminated_union",)),
+    Mutant("gateway-time-format", "every time the gateway shows is RFC 3339 UTC with Z", (
+        Edit("gateway/schemas.py", '    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")',
+             "    return moment.isoformat()"),),
+        ("tests/gateway/test_callbacks.py::test_the_guides_verification_accepts_a_delivered_callback_and_refuses_a_replay",
+         "tests/gateway/test_openapi_client.py::test_a_generated_client_proposes_reads_and_lists_with_the_readmes_base_url")),
+    Mutant("console-link-decision-page", "a proposal's links.console opens its decision page", (
+        Edit("gateway/services.py", '"console": reverse("console:decide", args=[job.pk])}',
+             '"console": reverse("admin:jobs_job_change", args=[job.pk])}'),),
+        ("tests/gateway/test_callbacks.py::test_the_guides_verification_accepts_a_delivered_callback_and_refuses_a_replay",)),
+    Mutant("email-recipient-format", "a recipient the document calls no email address is refused", (
+        Edit("operations/handlers.py", "EMAIL_PATTERN = (r\"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-](?:[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]"
+             "{0,62}[A-Za-z0-9!#$%&'*+/=?^_`{|}~-])?\"", "EMAIL_PATTERN = (r\"^[^@\\s]+\""),),
+        ("tests/gateway/test_walls.py::test_a_recipient_is_an_email_address_as_the_document_says",
+         "tests/gateway/test_api_schema.py")),
+    Mutant("demo-leaves-agent-key", "make demo prints a usable agent key last and keeps it in a file", (
+        Edit("company/management/commands/demo.py", "        w(key)", "        w(key[:15])"),),
+        ("tests/company/test_demo.py::test_demo_story_sends_each_email_once_and_tells_what_happened",)),
     Mutant("correction-line-breaks", "a correction compares and stores a textarea's CRLF as LF", (
         Edit("review/decisions.py", '        return value.replace("\\r\\n", "\\n").replace("\\r", "\\n")', "        return value"),),
         ("tests/console/test_decision_page.py::test_a_correction_of_only_the_address_sent_with_crlf_records_no_body_change",

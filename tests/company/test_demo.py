@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django_q.models import Schedule
 
+from gateway.services import agent_from_key
 from company.models import Membership, Quote
 from durable.net import free_port
 from jobs.models import Job, JobEvent
@@ -61,6 +62,11 @@ def test_demo_story_sends_each_email_once_and_tells_what_happened(manage, tmp_pa
     review = Job.objects.get(tenant="story", key="invoice-reminder-INV-0001")
     assert f"approve invoice-reminder-INV-0001 at http://127.0.0.1:8000/admin/console/jobs/{review.pk}/" in next_steps
     assert "manage.py run_worker" not in next_steps  # no simulator outlives a DEMO_SERVE=0 run
+    # A usable agent key: alone on the last line, and in the file the demo names.
+    key = out.strip().splitlines()[-1]
+    key_file = tmp_path / "demo-state" / "demo-agent-key"
+    assert key_file.read_text().strip() == key and str(key_file) in next_steps
+    assert agent_from_key(key).name == "demo-agent"
     # An outside agent proposes over HTTP, a reviewer decides, its endpoint gets the signed callbacks.
     assert "POST http://127.0.0.1:" in out and "→ 201: outside-agent-hello-1 is WAITING_REVIEW" in out
     assert "the same POST again → 200, created: False" in out

@@ -231,8 +231,9 @@ def test_the_agents_proposals_are_listed_newest_first_with_a_cursor_and_a_state_
 def test_the_openapi_document_and_the_docs_are_served(client, db):
     document = client.get("/api/v1/openapi.json").json()
     assert document["openapi"].startswith("3.")
-    assert set(document["paths"]) == {"/api/v1/actions", "/api/v1/proposals", "/api/v1/proposals/{key}"}
-    posted = document["paths"]["/api/v1/proposals"]["post"]["responses"]
+    assert document["servers"][0]["url"] == "/api/v1"
+    assert set(document["paths"]) == {"/actions", "/proposals", "/proposals/{key}"}
+    posted = document["paths"]["/proposals"]["post"]["responses"]
     assert {"200", "201", "401", "403", "409", "413", "415", "422", "423", "429"} <= set(posted)
     assert "application/problem+json" in posted["409"]["content"]
     assert client.get("/api/v1/docs").status_code == 200

@@ -4,8 +4,12 @@ failing receiver retries and holds back nothing else; the destination is
 checked on the address it resolves to when delivering."""
 
 import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group
 
 from company.services import tenant_ensure
@@ -178,3 +182,45 @@ def test_the_proposals_evidence_timeline_shows_its_callbacks(development, receiv
     page = client.get(f"/admin/console/jobs/{job.pk}/timeline/").content.decode()
     assert "callback proposal.decided to agent assistant: DONE" in page
     assert "callback proposal.cancelled to agent assistant: DONE" in page
+
+
+def guide_function(name: str):
+    """A function defined in a Python block of the receiver guide, as a reader would copy it."""
+    guide = (Path(settings.BASE_DIR) / "docs" / "howto" / "connect-an-agent.md").read_text()
+    code = next(block for block in re.findall(r"```python\n(.*?)```", guide, re.S) if f"def {name}(" in block)
+    namespace: dict = {}
+    exec(compile(code, "connect-an-agent.md", "exec"), namespace)
+    return namespace
+
+
+def test_the_guides_verification_accepts_a_delivered_callback_and_refuses_a_replay(development, receiver):
+    hook = receiver()
+    agent = make_agent(hook.url)
+    propose(agent)
+    interventions.job_reject(tenant="studio", key="send-1", reason="not this customer", actor="rita")
+    settle()
+    record = hook.received()[0]
+    body = record["body"].encode()
+    headers = {"X-Signature-Timestamp": record["headers"]["x-signature-timestamp"],
+               "X-Signature": record["headers"]["x-signature"]}
+    guide = guide_function("verified_event")
+    verified_event = guide["verified_event"]
+
+    event = verified_event(agent.callback_secret, headers, body)
+    assert event["type"] == "proposal.decided" and event["id"] == record["headers"]["idempotency-key"]
+    # One time format: RFC 3339, UTC, Z — the event's, the proposal's, the decision's.
+    for moment in (event["created_at"], event["proposal"]["created_at"], event["proposal"]["decision"]["at"]):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", moment), moment
+    assert event["proposal"]["links"]["console"].startswith("/admin/console/jobs/")
+
+    # The same body and signature under a new timestamp: the signature covers it.
+    replayed = {**headers, "X-Signature-Timestamp": str(int(headers["X-Signature-Timestamp"]) + 60)}
+    with pytest.raises(ValueError, match="bad signature"):
+        verified_event(agent.callback_secret, replayed, body)
+    # The genuine request, replayed past the guide's tolerance.
+    sent_at = int(headers["X-Signature-Timestamp"])
+    guide["time"] = SimpleNamespace(time=lambda: sent_at + 301)
+    with pytest.raises(ValueError, match="stale"):
+        verified_event(agent.callback_secret, headers, body)
+    guide["time"] = SimpleNamespace(time=lambda: sent_at + 299)
+    assert verified_event(agent.callback_secret, headers, body)["id"] == event["id"]

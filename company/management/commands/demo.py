@@ -102,6 +102,8 @@ LEASE_TTL = 2.0
 # The worker behind the served admin, and any the user adds beside it:
 # answers from the stalling simulator are given up on after this long.
 READ_TIMEOUT = 0.5
+# The agent whose key the demo leaves for the user (printed last, and in a file).
+DEMO_AGENT = "demo-agent"
 
 
 class _CallbackReceiver:
@@ -199,7 +201,7 @@ class Command(BaseCommand):
             # The provider keeps its storage next to the database, so a repeated
             # run still shows what it accepted; a fresh story starts it empty.
             # (DEMO_STATE_DIR, default var/ in the project: tests point it elsewhere.)
-            state_dir = Path(os.environ.get("DEMO_STATE_DIR") or ROOT / "var")
+            state_dir = self.state_dir = Path(os.environ.get("DEMO_STATE_DIR") or ROOT / "var")
             provider_db = state_dir / f"demo-provider-{self.tenant_slug}.sqlite3"
             provider_db.parent.mkdir(parents=True, exist_ok=True)
             if not Quote.objects.filter(tenant__slug=self.tenant_slug).exists():
@@ -492,6 +494,30 @@ class Command(BaseCommand):
             w(f"     {command}")
             if secret:
                 w("     (put your database user and password back in place of ***)")
+            step += 1
+        self._agent_key(base, step)
+
+    def _agent_key(self, base: str, step: int) -> None:
+        """A fresh key of the demo's agent, for the user's own requests:
+        printed alone on the last line, and written to a file it names."""
+        w = self.stdout.write
+        printed = StringIO()
+        try:
+            call_command("agent_create", tenant=self.tenant_slug, name=DEMO_AGENT, actions="connectors.send_email",
+                         stdout=printed)
+        except CommandError:  # made by an earlier run: a new key of it
+            call_command("agent_key", tenant=self.tenant_slug, name=DEMO_AGENT, new=True, stdout=printed)
+        key = printed.getvalue().splitlines()[-1]
+        path = self.state_dir / "demo-agent-key"
+        path.write_text(key + "\n")
+        path.chmod(0o600)
+        w(f"  {step}. propose as an agent over the API (agent {DEMO_AGENT} of {self.tenant_slug}, may propose "
+          f"connectors.send_email; its key is the last line below and is in {path}):")
+        w(f"     curl -s {base}/api/v1/proposals -H \"Authorization: Bearer $(cat {path})\" "
+          f"-H 'Content-Type: application/json' -d '{{\"action\": \"connectors.send_email\", \"key\": "
+          f"\"welcome-ada-1\", \"rationale\": \"Ada signed up\", \"payload\": {{\"to\": \"ada@example.com\", "
+          f"\"subject\": \"Welcome\", \"body\": \"Hello Ada!\"}}}}'")
+        w(key)
 
     def _what_approval_does(self, job: Job) -> str:
         if job.action == SEND_INVOICE_REMINDER:
