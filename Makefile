@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest -o cache_dir=$(or $(TMPDIR),/tmp)/durable-pytest-cache
 # TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= auto
 
-.PHONY: install lint test test-postgres test-pooler test-deep mutants demo migrate worker calendar simulator bench chaos clean
+.PHONY: install lint test test-postgres test-pooler test-system test-deep mutants demo migrate worker calendar simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,11 @@ test-postgres: install  ## the suite on the local PostgreSQL
 test-pooler: install  ## the worker, claim, chaos and NOTIFY tests through a private PgBouncer in transaction mode (.ci/pooler; needs root for apt-get/runuser)
 	VENV=$(VENV) .ci/pooler
 
-test-deep: install  ## the Store state machine, explored far longer (hypothesis profile "deep")
-	HYPOTHESIS_PROFILE=deep $(PYTEST) tests/jobs/test_state_machine.py $(PYTEST_ARGS)
+test-system: install  ## the system test (DESIGN §19) alone, on DATABASE_URL (default: SQLite); SYSTEM_TEST_RULES picks rule groups
+	$(PYTEST) tests/test_system.py $(PYTEST_ARGS)
+
+test-deep: install  ## the Store state machine and the system test, explored far longer (hypothesis profile "deep")
+	HYPOTHESIS_PROFILE=deep $(PYTEST) tests/jobs/test_state_machine.py tests/test_system.py $(PYTEST_ARGS)
 
 mutants: install  ## curated one-line mutants of the rules that matter; fails if one survives (SQLite; SKIP LOCKED on PG_URL)
 	MUTANTS_POSTGRES_URL=$${MUTANTS_POSTGRES_URL:-$(PG_URL)_mutants} $(PY) tools/mutants.py $(MUTANTS_ARGS)

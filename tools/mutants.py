@@ -689,6 +689,9 @@ MUTANTS: list[Mutant] = [
     Mutant("four-eyes-distinct-approvers", "a two-approval policy needs two different people", (
         Edit("review/decisions.py", "        if event.actor == username:", "        if False:"),),
         ("tests/console/test_review_policy.py",)),
+    Mutant("four-eyes-approvals-required", "a payload is released only when the policy's number of people approved it",
+           (Edit("review/decisions.py", "    required = max(1, review_terms(job).approvals)", "    required = 1"),),
+           ("tests/test_system.py",)),
     Mutant("proposer-not-approver", "the proposer never approves their own proposal", (
         Edit("review/decisions.py", "    if proposer and proposer == username:", "    if False:"),),
         ("tests/console/test_review_policy.py",)),
