@@ -307,6 +307,10 @@ class SystemMachine(RuleBasedStateMachine):
     @rule()
     def bulk_take_again(self):
         token, reviewer, decision, seen_payloads = self.interrupted.pop(0)
+        # A request killed mid-batch leaves it "being taken"; its user takes it
+        # again once it has stood still for BULK_STALE (its page says so).
+        DecisionBatch.objects.filter(token=token, status=DecisionBatch.Status.TAKING).update(
+            progress_at=timezone.now() - bulk.BULK_STALE - timedelta(seconds=1))
         try:
             self._take(token, self.users[reviewer], decision, seen_payloads)
         except bulk.BatchRefused as exc:
