@@ -25,9 +25,14 @@ def server_argv(*, port: int, host: str = "127.0.0.1", workers: int = 1) -> list
 
 def server_start(*, port: int, env: dict, workers: int = 1, **popen) -> subprocess.Popen:
     """Start the server on 127.0.0.1:`port` and return once it accepts
-    connections; raises RuntimeError (the process stopped) if it does not
-    within 60 s."""
-    process = subprocess.Popen(server_argv(port=port, workers=workers), cwd=ROOT, env=env, **popen)
+    connections (`server_listening`)."""
+    return server_listening(subprocess.Popen(server_argv(port=port, workers=workers), cwd=ROOT, env=env, **popen),
+                            port)
+
+
+def server_listening(process: subprocess.Popen, port: int) -> subprocess.Popen:
+    """`process` once it accepts connections on 127.0.0.1:`port`; if it
+    stops or does not within 60 s, it is stopped and RuntimeError raised."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
         try:
