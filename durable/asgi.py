@@ -12,6 +12,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "durable.settings")
+# No database connection outlives its request here (see the settings).
+os.environ["DURABLE_ASGI"] = "1"
 django_application = get_asgi_application()
 
 from gateway.mcp_http import PATH as MCP_PATH, McpApp  # noqa: E402 - needs the apps loaded above

@@ -162,6 +162,12 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 # DATABASE_URL or CONN_MAX_AGE overrides it; a broken connection is dropped
 # on its first error either way.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
+if env.bool("DURABLE_ASGI", default=False):
+    # The web app under its ASGI server (durable.asgi sets this): each
+    # request's sync work runs on a thread of its own, so a connection kept
+    # past its request is never reused and stays open until the database
+    # refuses new clients. Each request closes its own (Django's advice for ASGI).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 # How the application reaches PostgreSQL (DESIGN §17): `direct` (or through
 # a session-mode pooler, which keeps a server connection per client), or
 # `transaction` behind a transaction-mode pooler (PgBouncer
