@@ -5,7 +5,9 @@ Streamable HTTP client and the OpenAI Agents SDK's `MCPServerStreamableHttp`
 (no model is called: it connects, lists and calls tools)."""
 
 import json
+import shutil
 import subprocess
+import sys
 
 import anyio
 import httpx2
@@ -19,6 +21,7 @@ from company.services import tenant_ensure
 from durable.net import free_port
 from durable.server import server_start, server_stop
 from gateway.services import agent_create, agent_key_revoke, agent_pause
+from tests.conftest import ROOT
 
 from .conftest import EMAIL
 from .test_mcp import assert_story, story, story_setup
@@ -139,3 +142,46 @@ def test_the_openai_agents_sdk_connects_lists_and_calls_every_tool(mcp_url):
     assert not proposed.is_error and _json(proposed)["created"] is True
     assert _json(status)["key"] == "oa-1"
     assert [item["key"] for item in _json(listed)["items"]] == ["oa-1"]
+
+
+# The MCP Inspector's CLI, when npx and the package are in npm's cache (run
+# `npx -y @modelcontextprotocol/inspector@<version> --help` once to cache it):
+# the current one over HTTP, and 0.15.0, which builds each argument from the
+# property's declared `type` (over stdio: it sends no headers).
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+INSPECTOR_BY_TYPE = "@modelcontextprotocol/inspector@0.15.0"
+PROPOSE_ARGS = ["--tool-arg", "action=connectors.send_email", "--tool-arg", "rationale=asked",
+                "--tool-arg", "payload=" + json.dumps(EMAIL)]
+
+
+def _inspector(package: str, *target: str, method: str, env=None) -> dict:
+    if shutil.which("npx") is None:
+        pytest.skip("needs npx (Node.js)")
+    result = subprocess.run(["npx", "--offline", "-y", package, "--cli", *target, "--method", method[0], *method[1:]],
+                            capture_output=True, text=True, timeout=180, env=env)
+    if "ENOTCACHED" in result.stderr or "cache mode is 'only-if-cached'" in result.stderr:
+        pytest.skip(f"{package} is not in npm's cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_mcp_inspector_cli_calls_every_tool(mcp_url, manage):
+    key = story_setup()
+    http = [mcp_url, "--transport", "http", "--header", f"Authorization: Bearer {key}"]
+    listed = _inspector(INSPECTOR, *http, method=["tools/list"])
+    assert {tool["name"] for tool in listed["tools"]} == {"list_actions", "propose", "proposal_status",
+                                                          "list_proposals"}
+    calls = {
+        "list_actions": [],
+        "propose": ["--tool-arg", "key=inspector-1", *PROPOSE_ARGS],
+        "proposal_status": ["--tool-arg", "key=inspector-1"],
+        "list_proposals": ["--tool-arg", "state=WAITING_REVIEW"],
+    }
+    for tool, arguments in calls.items():
+        answer = _inspector(INSPECTOR, *http, method=["tools/call", "--tool-name", tool, *arguments])
+        assert answer["isError"] is False, (tool, answer)
+    stdio = ["-e", f"DURABLE_AGENT_KEY={key}", "-e", f"DATABASE_URL={manage.env['DATABASE_URL']}",
+             sys.executable, str(ROOT / "manage.py"), "mcp_server"]
+    by_type = _inspector(INSPECTOR_BY_TYPE, *stdio,
+                         method=["tools/call", "--tool-name", "propose", "--tool-arg", "key=inspector-2", *PROPOSE_ARGS])
+    assert by_type["isError"] is False, by_type
