@@ -109,7 +109,7 @@ def _answer(value) -> types.CallToolResult:
                                 structured_content=value if isinstance(value, dict) else None)
 
 
-def _with_database(function):
+def with_database(function):
     """`function` run in a worker thread with the ORM, its database connection
     handled as Django handles a request's (dropped when too old or broken,
     before and after), since no request cycle surrounds an MCP message."""
@@ -135,14 +135,14 @@ def build_server(agent_key: AgentKey) -> Server:
 
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
         try:
-            tools = await _with_database(_tools)(agent_key(ctx))
+            tools = await with_database(_tools)(agent_key(ctx))
         except Refused:
             tools = []  # a key no longer valid: nothing to offer (every call says why)
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            value = await _with_database(call_tool)(agent_key(ctx), params.name, params.arguments)
+            value = await with_database(call_tool)(agent_key(ctx), params.name, params.arguments)
         except Refused as refused:
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(refused.problem()))],
                                         structured_content=refused.problem(), is_error=True)

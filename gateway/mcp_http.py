@@ -16,12 +16,10 @@ restart loses nothing. The body limit is the HTTP API's
 
 import json
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from .api import max_body_bytes
-from .mcp import build_server
+from .mcp import build_server, with_database
 from .problems import PROBLEM_CONTENT_TYPE, Refused
 from .services import agent_authenticate
 
@@ -37,14 +35,6 @@ def request_key(ctx) -> str:
     checked to be `Bearer <key>` by `McpApp`; checked again by each call)."""
     scheme, _, token = (ctx.request.headers.get("authorization") or "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
-
-
-def _authenticated(authorization: str) -> None:
-    close_old_connections()
-    try:
-        agent_authenticate(authorization)
-    finally:
-        close_old_connections()
 
 
 async def _problem(send, refused: Refused) -> None:
@@ -70,7 +60,7 @@ class McpApp:
 
     async def __call__(self, scope, receive, send) -> None:
         try:
-            await sync_to_async(_authenticated, thread_sensitive=False)(_authorization(scope["headers"]))
+            await with_database(agent_authenticate)(_authorization(scope["headers"]))
         except Refused as refused:
             await _problem(send, refused)
             return

@@ -503,7 +503,7 @@ MUTANTS: list[Mutant] = [
         ("tests/gateway/test_api.py::test_a_revoked_key_is_401_and_the_agents_other_keys_still_work",)),
     Mutant("mcp-http-key-checked", "/mcp answers a missing, malformed or revoked key 401 before MCP runs", (
         Edit("gateway/mcp_http.py",
-             '            await sync_to_async(_authenticated, thread_sensitive=False)(_authorization(scope["headers"]))',
+             '            await with_database(agent_authenticate)(_authorization(scope["headers"]))',
              "            pass"),),
         ("tests/gateway/test_mcp_http.py::test_http_without_a_valid_key_is_refused_before_mcp_and_a_revoked_key_at_"
          "its_next_call",)),
