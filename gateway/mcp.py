@@ -11,16 +11,23 @@ Four tools, the same services and answers as the HTTP API:
 
 A refusal is a tool error (`isError`) whose text is the same problem
 document the API answers (`status`, `title`, `detail`, `errors`), so an agent
-reads 409, 422, 423 or 429 the same way over either. The agent is the one
-whose key is in `DURABLE_AGENT_KEY`; it is authenticated again on every call,
-so a key revoked (or an agent paused) while the server runs takes effect at once.
+reads 409, 422, 423 or 429 the same way over either.
+
+One server definition serves both transports; only where the agent's key
+comes from differs: `DURABLE_AGENT_KEY` for `manage.py mcp_server` (stdio),
+each HTTP request's `Authorization: Bearer` for `/mcp` (`gateway.mcp_http`).
+The key is authenticated again on every call, so a key revoked (or an agent
+paused) while a client stays connected takes effect at once.
 """
 
 import json
+from collections.abc import Callable
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 from mcp.server import Server
+from mcp.server.context import ServerRequestContext
 from pydantic import ValidationError
 
 from jobs.states import State
@@ -34,13 +41,19 @@ SERVER_NAME = "durable-workers"
 
 def _propose_schema(actions: list[str]) -> dict:
     """ProposalIn's JSON Schema with this agent's actions as an enum and the
-    payload as one of their schemas (each action's own declaration)."""
+    payload as one of their schemas (each action's own declaration).
+
+    The payload says `"type": "object"` beside its alternatives: clients that
+    build arguments from a form or a command line (the MCP Inspector) read
+    the property's own `type` to decide how to send a value, and without it
+    send the JSON object as a string."""
     schema = ProposalIn.model_json_schema()
     payloads, definitions = payload_alternatives(actions)
     schema.setdefault("$defs", {}).update(definitions)
     schema["properties"]["action"] = {**schema["properties"]["action"], "enum": actions}
     if payloads:
-        schema["properties"]["payload"] = {"description": "As the chosen action's schema says.", "anyOf": payloads}
+        schema["properties"]["payload"] = {"type": "object", "description": "As the chosen action's schema says.",
+                                           "anyOf": payloads}
     return schema
 
 
@@ -96,19 +109,40 @@ def _answer(value) -> types.CallToolResult:
                                 structured_content=value if isinstance(value, dict) else None)
 
 
-def build_server(key: str) -> Server:
-    """The MCP server of the agent whose key is `key`."""
+def with_database(function):
+    """`function` run in a worker thread with the ORM, its database connection
+    handled as Django handles a request's (dropped when too old or broken,
+    before and after), since no request cycle surrounds an MCP message."""
+
+    def run(*args):
+        close_old_connections()
+        try:
+            return function(*args)
+        finally:
+            close_old_connections()
+
+    # Not thread-sensitive: tool calls of concurrent clients run side by side,
+    # each on its own thread's connection.
+    return sync_to_async(run, thread_sensitive=False)
+
+
+AgentKey = Callable[[ServerRequestContext], str]
+
+
+def build_server(agent_key: AgentKey) -> Server:
+    """The MCP server; `agent_key(ctx)` is the key of the agent a message
+    comes from (the same for a whole stdio session; each HTTP request's own)."""
 
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
         try:
-            tools = await sync_to_async(_tools)(key)
+            tools = await with_database(_tools)(agent_key(ctx))
         except Refused:
             tools = []  # a key no longer valid: nothing to offer (every call says why)
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            value = await sync_to_async(call_tool)(key, params.name, params.arguments)
+            value = await with_database(call_tool)(agent_key(ctx), params.name, params.arguments)
         except Refused as refused:
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(refused.problem()))],
                                         structured_content=refused.problem(), is_error=True)

@@ -537,6 +537,12 @@ MUTANTS: list[Mutant] = [
              "    if key is None or key.revoked_at is not None or not secret_matches(secret, key.secret_hash):",
              "    if key is None or not secret_matches(secret, key.secret_hash):"),),
         ("tests/gateway/test_api.py::test_a_revoked_key_is_401_and_the_agents_other_keys_still_work",)),
+    Mutant("mcp-http-key-checked", "/mcp answers a missing, malformed or revoked key 401 before MCP runs", (
+        Edit("gateway/mcp_http.py",
+             '            await with_database(agent_authenticate)(_authorization(scope["headers"]))',
+             "            pass"),),
+        ("tests/gateway/test_mcp_http.py::test_http_without_a_valid_key_is_refused_before_mcp_and_a_revoked_key_at_"
+         "its_next_call",)),
     Mutant("key-secret-checked", "a key whose secret does not match its prefix's hash answers 401", (
         Edit("gateway/services.py",
              "    if key is None or key.revoked_at is not None or not secret_matches(secret, key.secret_hash):",

@@ -1,11 +1,14 @@
 """The agent gateway's figures (`manage.py bench_gateway`):
 
 1. Proposal API latency (p50, p99) and requests per second with concurrent
-   clients, against a real server — `manage.py runserver` (threaded) on
-   127.0.0.1 on a free port, started here — each client a thread with its
-   own keep-alive connection, each POST a new proposal (auth, validation,
-   the agent's row lock and limit counts, proposal_submit, the job), then
-   the same for GET of a proposal.
+   clients, against a real server started here on 127.0.0.1 on a free port
+   — the production server (`durable.server`: uvicorn serving durable.asgi)
+   or `manage.py runserver` (threaded), in turns — or against one already
+   running on this database (`--url`, e.g. another WSGI or ASGI server to
+   compare). Each client is a thread with its own keep-alive connection;
+   each POST a new proposal (auth, validation, the agent's row lock and
+   limit counts, proposal_submit, the job), then the same for GET of a
+   proposal.
 2. The cost of a limit check with `--operations` (default 1,000,000)
    operations in the table: the effect limit's count (`operations.limits.
    effects_in_window`) and the proposal limit's, each with its EXPLAIN and
@@ -16,13 +19,14 @@ It touches only its own tenant `bench-gateway` and removes its rows after.
 
 import http.client
 import json
-import socket
+import os
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -30,6 +34,7 @@ from django.utils import timezone
 from company.models import Proposal, Tenant
 from company.services import tenant_ensure
 from durable.net import free_port
+from durable.server import server_listening, server_start, server_stop
 from gateway.models import Agent, AgentProposal
 from gateway.services import agent_create, proposal_limit_refusal
 from jobs.models import Job
@@ -55,38 +60,46 @@ class ApiFigures:
     statuses: dict
 
 
+SERVERS = ("asgi", "runserver")
+
+
 class Server:
-    """`manage.py runserver --noreload` on 127.0.0.1, on this database."""
+    """A server on 127.0.0.1 on this database: `asgi`, the production
+    server (durable.server), or `runserver --noreload`."""
 
-    def __init__(self):
-        import os
-
+    def __init__(self, kind: str):
         self.port = free_port()
         env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
-                                         f"127.0.0.1:{self.port}"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("the server did not start within 60 s")
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if kind == "asgi":
+            self.process = server_start(port=self.port, env=env, **quiet)
+            return
+        self.process = server_listening(subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+            cwd=ROOT, env=env, **quiet), self.port)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        server_stop(self.process)
 
 
-def _client_run(port: int, key: str, requests: list[tuple[str, str, bytes | None]], latencies: list, statuses: dict,
+class Running:
+    """A server someone else started (`--url`), on this database."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.address = parts.hostname or "127.0.0.1", parts.port or 80
+
+    def stop(self):
+        pass
+
+
+def _client_run(address: tuple[str, int], key: str, requests: list[tuple[str, str, bytes | None]], latencies: list, statuses: dict,
                 lock: threading.Lock, start: threading.Event):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection(*address, timeout=30)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     start.wait()
     for method, path, body in requests:
@@ -101,9 +114,9 @@ def _client_run(port: int, key: str, requests: list[tuple[str, str, bytes | None
     conn.close()
 
 
-def _measure(port: int, key: str, what: str, per_client: list[list[tuple[str, str, bytes | None]]]) -> ApiFigures:
+def _measure(address: tuple[str, int], key: str, what: str, per_client: list[list[tuple[str, str, bytes | None]]]) -> ApiFigures:
     latencies, statuses, lock, start = [], {}, threading.Lock(), threading.Event()
-    threads = [threading.Thread(target=_client_run, args=(port, key, requests, latencies, statuses, lock, start))
+    threads = [threading.Thread(target=_client_run, args=(address, key, requests, latencies, statuses, lock, start))
                for requests in per_client]
     for t in threads:
         t.start()
@@ -116,29 +129,30 @@ def _measure(port: int, key: str, what: str, per_client: list[list[tuple[str, st
                       len(latencies) / elapsed, statuses)
 
 
-def api_figures(*, clients: int, requests: int, run: str) -> list[ApiFigures]:
-    """POST then GET figures with `clients` concurrent clients, `requests` each."""
+def api_figures(*, clients: int, requests: int, run: str, server: str = "asgi", url: str = "") -> list[ApiFigures]:
+    """POST then GET figures with `clients` concurrent clients, `requests`
+    each, against `server` started here, or the one running at `url`."""
     tenant = tenant_ensure(slug=TENANT)
     agent, issued = agent_create(tenant=tenant, name=f"bench-{run}", actor="bench",
                                  proposals_per_minute=10**9, proposals_per_day=10**9)
-    server = Server()
+    target = Running(url) if url else Server(server)
     try:
         # Warm-up: the server's first requests import and connect.
-        _measure(server.port, issued.key, "warm-up", [[("GET", "/api/v1/actions", None)] * 5])
+        _measure(target.address, issued.key, "warm-up", [[("GET", "/api/v1/actions", None)] * 5])
 
         def post(c: int, n: int):
             body = {"action": ACTION, "key": f"bench-{run}-{c}-{n}", "rationale": "benchmark", "payload": EMAIL}
             return ("POST", "/api/v1/proposals", json.dumps(body).encode())
 
-        posts = _measure(server.port, issued.key, "POST /api/v1/proposals (new)",
+        posts = _measure(target.address, issued.key, "POST /api/v1/proposals (new)",
                          [[post(c, n) for n in range(requests)] for c in range(clients)])
-        gets = _measure(server.port, issued.key, "GET /api/v1/proposals/{key}",
+        gets = _measure(target.address, issued.key, "GET /api/v1/proposals/{key}",
                         [[("GET", f"/api/v1/proposals/bench-{run}-{c}-{n}", None) for n in range(requests)]
                          for c in range(clients)])
-        repeats = _measure(server.port, issued.key, "POST again (idempotent, 200)",
+        repeats = _measure(target.address, issued.key, "POST again (idempotent, 200)",
                            [[post(c, n) for n in range(requests)] for c in range(clients)])
     finally:
-        server.stop()
+        target.stop()
     return [posts, gets, repeats]
 
 

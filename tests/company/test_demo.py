@@ -120,6 +120,12 @@ def test_the_served_demo_streams_its_story_and_says_who_approves_what_where(mana
                 return None  # the server is still starting
         answer = wait_for(root, timeout=60, what="the demo's server")
         assert (answer.code, answer.headers["Location"]) == (302, "/admin/")
+        # The production server (durable.asgi): the console's static files and MCP at /mcp.
+        with urllib.request.urlopen(f"{base}/static/admin/css/base.css", timeout=5) as css:
+            assert css.status == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/mcp", data=b"{}", method="POST"), timeout=5)
+        assert refused.value.code == 401  # no agent key
 
         text = out.text()
         assert f"log in at {base}/admin/ as 'reviewer' with the password 'demo-password'" in text

@@ -29,52 +29,67 @@ def _json(result):
     return json.loads(result.content[0].text)
 
 
-async def _story(params):
+async def story_over_stdio(params):
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-        actions = _json(await session.call_tool("list_actions", {}))
-        proposed = await session.call_tool("propose", {"action": "connectors.send_email", "key": "mcp-1",
-                                                       "rationale": "the customer asked", "payload": EMAIL})
-        again = await session.call_tool("propose", {"action": "connectors.send_email", "key": "mcp-1",
-                                                    "rationale": "the customer asked", "payload": EMAIL})
-        conflict = await session.call_tool("propose", {"action": "connectors.send_email", "key": "mcp-1",
-                                                       "rationale": "x", "payload": {**EMAIL, "subject": "other"}})
-        invalid = await session.call_tool("propose", {"action": "connectors.send_email", "key": "mcp-2",
-                                                      "rationale": "x", "payload": {"to": "nobody"}})
-        status = await session.call_tool("proposal_status", {"key": "mcp-1"})
-        missing = await session.call_tool("proposal_status", {"key": "elsewhere-1"})
-        listed = await session.call_tool("list_proposals", {})
-        return tools, actions, proposed, again, conflict, invalid, status, missing, listed
+        return await story(session)
 
 
-def test_an_mcp_client_lists_tools_proposes_and_reads_the_status(manage, transactional_db):
+def story_setup() -> str:
+    """An agent of `studio` that may send emails (its key is returned), and
+    a proposal of another tenant under a key it will ask for."""
     tenant = tenant_ensure(slug="studio", name="Studio")
     agent, issued = agent_create(tenant=tenant, name="claude", actor="test", actions=["connectors.send_email"])
-    # Another tenant's proposal under a key this agent asks for: not found.
     other, _ = agent_create(tenant=tenant_ensure(slug="other"), name="x", actor="test")
     proposal_propose(agent=other, proposal=ProposalIn(action="connectors.send_email", key="elsewhere-1",
                                                       rationale="theirs", payload=EMAIL))
+    return issued.key
 
-    tools, actions, proposed, again, conflict, invalid, status, missing, listed = anyio.run(
-        _story, _session(manage, issued.key))
 
-    assert set(tools) == {"list_actions", "propose", "proposal_status", "list_proposals"}
-    propose_schema = tools["propose"].input_schema
+async def story(session: ClientSession) -> dict:
+    """Every tool as an agent uses it, through a session of either transport."""
+    await session.initialize()
+    call = session.call_tool
+    email = {"action": "connectors.send_email", "key": "mcp-1", "rationale": "the customer asked", "payload": EMAIL}
+    return {
+        "tools": {tool.name: tool for tool in (await session.list_tools()).tools},
+        "actions": await call("list_actions", {}),
+        "proposed": await call("propose", email),
+        "again": await call("propose", email),
+        "conflict": await call("propose", {**email, "rationale": "x", "payload": {**EMAIL, "subject": "other"}}),
+        "invalid": await call("propose", {**email, "key": "mcp-2", "payload": {"to": "nobody"}}),
+        "status": await call("proposal_status", {"key": "mcp-1"}),
+        "missing": await call("proposal_status", {"key": "elsewhere-1"}),
+        "listed": await call("list_proposals", {}),
+    }
+
+
+def assert_story(told: dict) -> None:
+    """The answers of `story`: the HTTP API's, tool errors carrying its problems."""
+    assert set(told["tools"]) == {"list_actions", "propose", "proposal_status", "list_proposals"}
+    propose_schema = told["tools"]["propose"].input_schema
     assert propose_schema["properties"]["action"]["enum"] == ["connectors.send_email"]
-    # The payload's schema is the action's own declaration.
+    # The payload's schema is the action's own declaration, and says it is an
+    # object (clients that build arguments from the schema send it as one).
+    assert propose_schema["properties"]["payload"]["type"] == "object"
     assert propose_schema["properties"]["payload"]["anyOf"][0]["properties"]["to"]["format"] == "email"
-    assert [a["name"] for a in actions] == ["connectors.send_email"]
+    assert [a["name"] for a in _json(told["actions"])] == ["connectors.send_email"]
 
+    proposed, again = told["proposed"], told["again"]
     assert not proposed.is_error and _json(proposed)["created"] is True
     assert _json(proposed)["state"] == "WAITING_REVIEW"
     assert not again.is_error and _json(again)["created"] is False
-    assert conflict.is_error and _json(conflict)["status"] == 409
+    assert told["conflict"].is_error and _json(told["conflict"])["status"] == 409
+    invalid = told["invalid"]
     assert invalid.is_error and _json(invalid)["status"] == 422
     assert ["body", "payload", "subject"] in [e["loc"] for e in _json(invalid)["errors"]]
-    assert _json(status)["key"] == "mcp-1" and _json(status)["decision"] is None
-    assert missing.is_error and _json(missing)["status"] == 404
-    assert [item["key"] for item in _json(listed)["items"]] == ["mcp-1"]
+    assert _json(told["status"])["key"] == "mcp-1" and _json(told["status"])["decision"] is None
+    assert told["missing"].is_error and _json(told["missing"])["status"] == 404
+    assert [item["key"] for item in _json(told["listed"])["items"]] == ["mcp-1"]
+
+
+def test_an_mcp_client_lists_tools_proposes_and_reads_the_status(manage, transactional_db):
+    key = story_setup()
+    assert_story(anyio.run(story_over_stdio, _session(manage, key)))
 
 
 def test_the_mcp_server_refuses_to_start_without_a_valid_key_and_never_prints_it(manage, transactional_db):

@@ -15,9 +15,12 @@ from operations.models import Operation
 @pytest.mark.django_db(transaction=True)
 def test_bench_gateway_prints_its_figures_and_leaves_nothing_behind():
     out = StringIO()
-    call_command("bench_gateway", clients=2, requests=3, operations=2000, repeat=2, stdout=out, stderr=StringIO())
+    call_command("bench_gateway", clients=2, requests=3, operations=2000, repeat=2, server=["asgi", "runserver"],
+                 stdout=out, stderr=StringIO())
     text = out.getvalue()
-    assert "POST /api/v1/proposals (new)" in text and "201×6" in text
+    # Each server in turn: the production one and runserver.
+    assert "against the production server (uvicorn, durable.asgi)" in text and "against runserver" in text
+    assert text.count("201×6") == 2 and text.count("POST /api/v1/proposals (new)") == 2
     assert "GET /api/v1/proposals/{key}" in text and "200×6" in text
     assert "effect limit 1,000/24 h" in text and "EXPLAIN" in text
     assert not Job.objects.filter(tenant="bench-gateway").exists()

@@ -73,6 +73,7 @@ from company.services import (
 from connectors.base import redact_credentials
 from connectors.simulator_process import running_simulator
 from durable.net import free_port
+from durable.server import server_argv
 from durable.numbers import whole_flag
 from jobs import access, interventions
 from jobs.inbound import signature_for
@@ -332,8 +333,7 @@ class Command(BaseCommand):
         w(f"\nOutside agent: manage.py agent_create made agent outside-agent of {slug} with key {prefix} (printed "
           f"once, last line) and callbacks to {receiver.url}")
         port = free_port()
-        server = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}",
-                                   "--noreload"], env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+        server = subprocess.Popen(server_argv(port=port), env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         self.children.append(server)
         api = f"http://127.0.0.1:{port}/api/v1"
@@ -590,12 +590,11 @@ class Command(BaseCommand):
         return worker
 
     def _serve(self, port: int) -> None:
-        server = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}", "--noreload"],
-            env=self.env, cwd=ROOT,
-        )
+        # The production server (durable.server): the console, the API and /mcp.
+        server = subprocess.Popen(server_argv(port=port), env=self.env, cwd=ROOT)
         self.children.append(server)
-        self.stdout.write(f"\nAdmin: http://127.0.0.1:{port}/admin/ — demo-worker-2 and the simulator keep "
+        self.stdout.write(f"\nAdmin: http://127.0.0.1:{port}/admin/ (the agent API at /api/v1/, MCP at /mcp) — "
+                          "demo-worker-2 and the simulator keep "
                           "running behind it, so an approval there really runs. Ctrl-C stops all of them.")
         server.wait()
 

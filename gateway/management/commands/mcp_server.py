@@ -26,7 +26,7 @@ class Command(BaseCommand):
             raise CommandError(f"{KEY_ENV} {'holds no valid API key' if key else 'is not set'} "
                                f"(missing, malformed or revoked)") from None
         self.stderr.write(f"mcp_server: agent {agent.name} of tenant {agent.tenant.slug}, on stdio")
-        server = build_server(key)
+        server = build_server(lambda ctx: key)
 
         async def serve():
             async with stdio_server() as (read_stream, write_stream):

@@ -7,9 +7,14 @@ from django.core.management.base import BaseCommand
 from proving.bench import gateway as bench_gateway
 
 
+NAMES = {"asgi": "the production server (uvicorn, durable.asgi) on 127.0.0.1",
+         "runserver": "runserver on 127.0.0.1"}
+
+
 class Command(BaseCommand):
-    help = ("Proposal API latency (p50/p99) and requests/s with concurrent clients against a real server "
-            "(runserver on 127.0.0.1), and the cost of the limit checks with --operations operations in the "
+    help = ("Proposal API latency (p50/p99) and requests/s with concurrent clients against real servers "
+            "started on 127.0.0.1 (--server: the production ASGI server, runserver; in turns) or one running "
+            "on this database (--url), and the cost of the limit checks with --operations operations in the "
             "table (EXPLAIN and mean time). Touches only tenant bench-gateway and removes its rows after.")
 
     def add_arguments(self, parser):
@@ -18,6 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--operations", type=int, default=1_000_000,
                             help="Operations loaded for the limit check (default 1,000,000).")
         parser.add_argument("--repeat", type=int, default=200, help="Calls per limit check timing (default 200).")
+        parser.add_argument("--server", action="append", choices=bench_gateway.SERVERS,
+                            help="Server to start and measure, repeatable, in turns (default: asgi, the production "
+                                 "server of durable.server).")
+        parser.add_argument("--url", default="",
+                            help="Measure the server running at this URL instead (it must use this database), "
+                                 "e.g. http://127.0.0.1:8000.")
+        parser.add_argument("--skip-limits", action="store_true", help="Only the API figures.")
         parser.add_argument("--quick", action="store_true", help="Small sizes: 4 clients × 25, 100,000 operations.")
 
     def handle(self, *args, **options):
@@ -26,14 +38,19 @@ class Command(BaseCommand):
         say = lambda text: self.stderr.write(text)  # noqa: E731 - progress on stderr, figures on stdout
         bench_gateway.cleanup()
         try:
-            say(f"API: {options['clients']} clients × {options['requests']} requests …")
-            figures = bench_gateway.api_figures(clients=options["clients"], requests=options["requests"],
-                                                run=uuid.uuid4().hex[:6])
-            lines = ["Agent gateway — proposal API against runserver on 127.0.0.1 "
-                     f"({'PostgreSQL' if bench_gateway.connection.vendor == 'postgresql' else 'SQLite'}):",
-                     *bench_gateway.render_api(figures), ""]
-            lines += bench_gateway.limit_figures(operations=options["operations"], repeat=options["repeat"],
-                                                 progress=say)
+            database = "PostgreSQL" if bench_gateway.connection.vendor == "postgresql" else "SQLite"
+            targets = [options["url"]] if options["url"] else options["server"] or ["asgi"]
+            lines = []
+            for target in targets:
+                named = f"the server at {target}" if options["url"] else NAMES[target]
+                say(f"API on {named}: {options['clients']} clients × {options['requests']} requests …")
+                figures = bench_gateway.api_figures(clients=options["clients"], requests=options["requests"],
+                                                    run=uuid.uuid4().hex[:6], server=target, url=options["url"])
+                lines += [f"Agent gateway — proposal API against {named} ({database}):",
+                          *bench_gateway.render_api(figures), ""]
+            if not options["skip_limits"]:
+                lines += bench_gateway.limit_figures(operations=options["operations"], repeat=options["repeat"],
+                                                     progress=say)
             self.stdout.write("\n".join(lines))
         finally:
             bench_gateway.cleanup()
