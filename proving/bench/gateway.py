@@ -166,21 +166,21 @@ def _bulk_operations(job_id: int, rows: int) -> None:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"""INSERT INTO {table_name} (id, tenant, job_id, step, provider, kind, action, request_digest,
-                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at)
+                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at, intent_key)
                     SELECT gen_random_uuid(), %s, %s, 's' || g, 'sim-idempotent', 'email.send',
                         CASE WHEN g %% 2 = 0 THEN %s ELSE 'company.send_quote' END, '', '{{}}', 'ACCEPTED', 1,
-                        now(), '', now() - (g %% 2592000) * interval '1 second', now()
+                        now(), '', now() - (g %% 2592000) * interval '1 second', now(), 'bench-' || g
                     FROM generate_series(1, %s) AS g""", [TENANT, job_id, ACTION, rows])
             cursor.execute(f"ANALYZE {table_name}")
         else:
             cursor.execute(
                 f"""WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %s)
                     INSERT INTO {table_name} (id, tenant, job_id, step, provider, kind, action, request_digest,
-                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at)
+                        request, state, attempts, last_dispatched_at, last_error, created_at, updated_at, intent_key)
                     SELECT lower(hex(randomblob(16))), %s, %s, 's' || n, 'sim-idempotent', 'email.send',
                         CASE WHEN n %% 2 = 0 THEN %s ELSE 'company.send_quote' END, '', '{{}}', 'ACCEPTED', 1,
                         datetime('now'), '', strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-' || (n %% 2592000) || ' seconds'),
-                        datetime('now')
+                        datetime('now'), 'bench-' || n
                     FROM g""", [rows, TENANT, job_id, ACTION])
 
 

@@ -154,7 +154,7 @@ def test_a_bulk_approve_decides_the_previewed_set_and_skips_an_item_that_moved(c
     # The timeline links the batch; the batch page tells the outcome.
     assert f"/admin/console/batches/{batch.pk}/" in client.get(f"/admin/console/jobs/{jobs[0].pk}/timeline/").content.decode()
     report = client.get(f"/admin/console/batches/{batch.pk}/").content.decode()
-    assert "<strong>4</strong> decided, <strong>0</strong> first approvals recorded" in report
+    assert "<strong>4</strong> decided, <strong>1</strong> skipped" in report and "first approval" not in report
     assert "<strong>1</strong> skipped" in report and "not decided" not in report
 
 
