@@ -238,6 +238,14 @@ class Worker:
             return
         if recovered:
             self._event("worker.takeover", jobs=len(recovered), holders=", ".join(sorted(gone)))
+        for job in recovered:
+            self._recovered(job)
+
+    def _recovered(self, recovered) -> None:
+        """A lease taken back (expired, or its holder gone): counted and logged."""
+        self._count("recovered")
+        self._event("job.recovered", tenant=recovered.tenant, key=recovered.key, to_state=recovered.to_state,
+                    reason=recovered.reason)
 
     def request_stop(self, reason: str = "requested") -> None:
         if not self._stopping.is_set():
@@ -646,9 +654,7 @@ class Worker:
         if now - self._last_maintenance >= cfg.heartbeat_interval or force:
             self._last_maintenance = now
             for recovered in self.store.recover_expired(limit=cfg.maintenance_limit, actor=cfg.worker_id):
-                self._count("recovered")
-                self._event("job.recovered", tenant=recovered.tenant, key=recovered.key,
-                            to_state=recovered.to_state, reason=recovered.reason)
+                self._recovered(recovered)
                 moved += 1
             moved += self.store.wake_due(limit=cfg.maintenance_limit)
         for task in periodic.registered():

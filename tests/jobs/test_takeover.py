@@ -106,7 +106,8 @@ def test_a_starting_worker_takes_back_at_once_the_leases_of_a_dead_process_of_it
     pid, start = dead_process()
     dead = local_id(pid, start)
     leased(store, "orphan", dead)
-    start_worker()
+    worker = start_worker()
+    assert worker.stats["recovered"] == 1
     j = job("orphan")
     assert (j.state, j.lease_epoch, j.worker_id, j.recoveries) == ("DONE", 2, "heir", 1)
     row = recover_row("orphan")
