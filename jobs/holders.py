@@ -9,9 +9,10 @@ and takes the gone holder's leases back at once (`Store.take_over`):
   the pid and the pid's start time (`/proc/<pid>/stat`); a holder with the
   same boot and namespace whose pid no longer runs, or runs a process that
   started at another time (the pid was reused), or is a zombie, is gone.
-  Another boot or namespace (another host, another container) is never
-  judged: its pids are not ours to look at. Where /proc is missing the id
-  carries no boot, and nothing is judged;
+  Another boot, namespace or host name (another host, another container,
+  a machine cloned with its boot id) is never judged: its pids are not ours
+  to look at. Where /proc is missing the id carries no boot, and nothing
+  is judged;
 - the holder had this worker's own explicit id (`run_worker --worker-id`),
   which the deployment runs as one process at a time (a container
   orchestrator's stable name): at start, before it claims anything, the
@@ -96,6 +97,8 @@ def gone(holder: str, *, place: str | None) -> str | None:
     found = _LOCAL_ID.fullmatch(holder)
     if place is None or found is None or found["place"] != place:
         return None
+    if found["host"] != socket.gethostname():
+        return None  # the same boot under another name: a cloned machine, not ours to judge
     pid, start = int(found["pid"]), int(found["start"])
     try:
         os.kill(pid, 0)

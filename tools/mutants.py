@@ -149,6 +149,9 @@ MUTANTS: list[Mutant] = [
              "if place is None or found is None:"),),
         (f"{TAKEOVER}::test_another_boot_or_namespace_or_an_explicit_id_is_never_judged",
          f"{TAKEOVER}::test_a_starting_worker_leaves_live_and_foreign_holders_leases_alone")),
+    Mutant("takeover-other-hostname", "a holder of another host name is never judged gone, whatever its boot id", (
+        Edit("jobs/holders.py", '    if found["host"] != socket.gethostname():', "    if False:"),),
+        (f"{TAKEOVER}::test_another_boot_or_namespace_or_an_explicit_id_is_never_judged",)),
     Mutant("takeover-pid-reuse", "a reused pid (another start time) does not make a gone holder look alive", (
         Edit("jobs/holders.py", "    if started != start:", "    if False:"),),
         (f"{TAKEOVER}::test_an_ended_process_a_zombie_and_a_reused_pid_are_gone_a_live_one_is_not",)),

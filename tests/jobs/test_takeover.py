@@ -96,6 +96,7 @@ def test_another_boot_or_namespace_or_an_explicit_id_is_never_judged():
     assert holders.gone(local_id(pid, start, f"{other_boot}:{namespace}"), place=place) is None
     assert holders.gone(local_id(pid, start, f"{boot}:{int(namespace) + 1}"), place=place) is None
     assert holders.gone("victim", place=place) is None
+    assert holders.gone(f"clone-of-{local_id(pid, start)}", place=place) is None
     assert holders.gone(local_id(pid, start), place=None) is None
 
 
