@@ -14,7 +14,7 @@ from django.db.models import CharField, Expression, Q, QuerySet
 from .models import Job, JobEvent, Timer
 from .states import TERMINAL, State
 
-__all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "expired_leases", "lease_expired",
+__all__ = ["FINISHED", "LIVE", "ELIGIBLE_SQL", "finished_jobs", "expired_leases", "lease_expired", "leases_held", "lease_holders",
            "eligible_ready", "is_eligible", "waits_due", "newest_events", "newest_event", "wake_detail", "job_by_key",
            "job_locked", "jobs_by_keys", "events_after", "last_decision", "DECISION_KINDS", "jobs_needing_attention",
            "timers_pending_for_subject", "timers_due", "Literal"]
@@ -69,6 +69,19 @@ def expired_leases(*, at: datetime, jobs: QuerySet | None = None) -> QuerySet:
     """LEASED jobs whose lease ran out by `at`: their worker stopped renewing
     and recovery has not taken them back yet (partial index `job_leased_expiry`)."""
     return _jobs(jobs).filter(state=Literal(State.LEASED), lease_until__lte=at)
+
+
+def leases_held(*, by, jobs: QuerySet | None = None) -> QuerySet:
+    """LEASED jobs whose holder is one of the worker ids `by`, whatever time
+    their leases have left (partial index `job_leased_expiry`)."""
+    return _jobs(jobs).filter(state=Literal(State.LEASED), worker_id__in=list(by))
+
+
+def lease_holders(*, place: str, jobs: QuerySet | None = None) -> list[str]:
+    """The worker ids holding leases whose id ends with `:place`: the
+    workers of one host's boot (`jobs.holders`)."""
+    held = _jobs(jobs).filter(state=Literal(State.LEASED), worker_id__endswith=f":{place}")
+    return sorted(set(held.values_list("worker_id", flat=True)))
 
 
 def lease_expired(job: Job, *, at: datetime) -> bool:

@@ -30,7 +30,7 @@ from .fence import BY_KEY, fence_checked, fence_conflict
 from .models import Job, JobEvent, JobSearch
 from .retry import Decision, Failure, classify, decide
 from .search import search_text_for, search_text_of_new
-from .selectors import expired_leases, is_eligible, lease_expired, waits_due
+from .selectors import expired_leases, is_eligible, lease_expired, leases_held, waits_due
 from .sql import fill, query
 from .states import State, transition
 from .transitions import (
@@ -687,17 +687,41 @@ class Store:
         NEEDS_ATTENTION when its attempts, recovery window or recovery count
         are exhausted (the retry policy decides). Bounded and SKIP LOCKED, so
         several workers may sweep at once without blocking each other."""
+        return self._take_back(
+            lambda at: expired_leases(at=at).order_by("lease_until"), limit=limit, now=now, actor=actor,
+            why=lambda job: f"worker {job.worker_id} did not renew its lease (epoch {job.lease_epoch})",
+        )
+
+    def take_over(self, holders: dict[str, str], *, actor: str, now=None) -> list[Recovered]:
+        """Take back at once every lease held by the workers `holders` names,
+        each known to be gone (its id → why: `jobs.holders`), whatever time
+        its leases have left — exactly as `recover_expired` takes back an
+        expired one, the history row saying why. The epoch stays and the job
+        leaves LEASED, so a write the gone holder might still send is
+        refused by the fence."""
+        if not holders:
+            return []
+        return self._take_back(
+            lambda at: leases_held(by=holders).order_by("id"), limit=None, now=now, actor=actor,
+            why=lambda job: f"worker {job.worker_id} is gone: {holders[job.worker_id]} (epoch {job.lease_epoch}); "
+                            f"its lease taken back by {actor}",
+        )
+
+    def _take_back(self, leases, *, limit: int | None, now, actor: str, why) -> list[Recovered]:
+        """Take the jobs `leases(at)` selects out of their leases (at most
+        `limit`), each to where the retry policy sends a lost lease, with
+        its history row (`why(job)`: what is known of its holder)."""
         clock = Clock.of(now)
         recovered = []
         with transaction.atomic():
             at = clock.value()
-            expired = expired_leases(at=at).order_by("lease_until")
+            held = leases(at)
             if _is_postgres():
-                expired = expired.select_for_update(skip_locked=True)
-            for job in expired[:limit]:
+                held = held.select_for_update(skip_locked=True)
+            for job in held[:limit]:
                 decision = decide(
                     failure=Failure.LOST_LEASE,
-                    error=f"worker {job.worker_id} did not renew its lease (epoch {job.lease_epoch})",
+                    error=why(job),
                     attempts=job.attempts,
                     max_attempts=job.max_attempts,
                     first_attempt_at=job.first_attempt_at,

@@ -34,17 +34,15 @@ job (`db_retry_delay`).
 import logging
 import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, close_old_connections, connection, connections
 
-from . import chance, metrics, notify, periodic, pooling
+from . import chance, holders, metrics, notify, periodic, pooling
 from .actions import JobContext, Wait, get_action
 from .completer import Completer
 from .errors import Conflict, Deferred, UnknownAction
@@ -89,9 +87,10 @@ def _child(kept: dict, metric, label: str):
 
 
 def default_worker_id() -> str:
-    """A fresh identity per start (host, pid, random): a restarted process
-    never inherits the fence of the one it replaces."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A fresh identity per start (`jobs.holders.worker_id`): a restarted
+    process never inherits the fence of the one it replaces, and a later
+    worker of this host can tell when this one is gone."""
+    return holders.worker_id()
 
 
 def name_connections(worker_id: str) -> None:
@@ -122,6 +121,10 @@ class WorkerConfig:
     batch: int = 1  # jobs a slot claims at once (`--batch`)
     maintenance_limit: int = 100  # items per maintenance step per loop
     db_wait_warning: float = 5.0  # a database call waiting longer is logged (`worker.db_wait`)
+    # The deployment runs one process at a time under `worker_id` (`run_worker
+    # --worker-id`): at start, the leases held under it are a previous
+    # process's and are taken back at once (`jobs.holders`).
+    stable_id: bool = False
 
     @property
     def heartbeat_interval(self) -> float:
@@ -202,6 +205,7 @@ class Worker:
             watchdog.join(timeout=5)
             connections.close_all()
             return 2
+        self._take_over_gone()
         listener = notify.listener(self._on_notify)
         if postgres and listener is None:
             self._event("worker.polling_only", level=logging.WARNING, reason=notify.polling_only_reason(),
@@ -224,6 +228,30 @@ class Worker:
             self._event("worker.stop", **self._summary())
             connections.close_all()
         return 2 if self._misconfigured else 0
+
+    def _take_over_gone(self) -> None:
+        """Before any slot claims: take back at once the leases of the
+        holders known to be gone (`jobs.holders`). If the database does not
+        answer, their leases expire as any other's."""
+        cfg = self.config
+        try:
+            with self._db_call("start-up takeover"):
+                gone = holders.gone_holders(restarted=cfg.worker_id if cfg.stable_id else None)
+                recovered = self.store.take_over(gone, actor=cfg.worker_id)
+        except Exception as exc:  # noqa: BLE001 - the database is away: the leases expire instead
+            self._event("worker.db_error", level=logging.WARNING, error=_describe(exc))
+            connections.close_all()
+            return
+        if recovered:
+            self._event("worker.takeover", jobs=len(recovered), holders=", ".join(sorted(gone)))
+        for job in recovered:
+            self._recovered(job)
+
+    def _recovered(self, recovered) -> None:
+        """A lease taken back (expired, or its holder gone): counted and logged."""
+        self._count("recovered")
+        self._event("job.recovered", tenant=recovered.tenant, key=recovered.key, to_state=recovered.to_state,
+                    reason=recovered.reason)
 
     def request_stop(self, reason: str = "requested") -> None:
         if not self._stopping.is_set():
@@ -645,9 +673,7 @@ class Worker:
         if now - self._last_maintenance >= cfg.heartbeat_interval or force:
             self._last_maintenance = now
             for recovered in self.store.recover_expired(limit=cfg.maintenance_limit, actor=cfg.worker_id):
-                self._count("recovered")
-                self._event("job.recovered", tenant=recovered.tenant, key=recovered.key,
-                            to_state=recovered.to_state, reason=recovered.reason)
+                self._recovered(recovered)
                 moved += 1
             moved += self.store.wake_due(limit=cfg.maintenance_limit)
         for task in periodic.registered():

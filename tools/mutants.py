@@ -54,6 +54,7 @@ DECISIONS_HARDENING = "tests/console/test_decisions_hardening.py"
 MASKING_EVERYWHERE = "tests/console/test_masking_everywhere.py"
 FOUR_EYES = "tests/console/test_four_eyes_counts.py"
 BULK_CUT = "tests/console/test_bulk_interrupted.py"
+TAKEOVER = "tests/jobs/test_takeover.py"
 OPERATION_FENCE_TESTS = ["tests/jobs/test_fence.py::test_an_operation_record_outside_the_current_fence_raises_conflict_and_changes_nothing"]
 
 
@@ -140,6 +141,37 @@ _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_b
 
 MUTANTS: list[Mutant] = [
     *_fence_mutants(),
+    Mutant("takeover-at-start", "a starting worker takes back a gone holder's leases before it claims", (
+        Edit("jobs/worker.py", "        self._take_over_gone()", "        pass"),),
+        (f"{TAKEOVER}::test_a_starting_worker_takes_back_at_once_the_leases_of_a_dead_process_of_its_host",)),
+    Mutant("takeover-other-place", "a holder of another boot or pid namespace is never judged gone", (
+        Edit("jobs/holders.py", 'if place is None or found is None or found["place"] != place:',
+             "if place is None or found is None:"),),
+        (f"{TAKEOVER}::test_another_boot_or_namespace_or_an_explicit_id_is_never_judged",
+         f"{TAKEOVER}::test_a_starting_worker_leaves_live_and_foreign_holders_leases_alone")),
+    Mutant("takeover-other-hostname", "a holder of another host name is never judged gone, whatever its boot id", (
+        Edit("jobs/holders.py", '    if found["host"] != socket.gethostname():', "    if False:"),),
+        (f"{TAKEOVER}::test_another_boot_or_namespace_or_an_explicit_id_is_never_judged",)),
+    Mutant("takeover-pid-reuse", "a reused pid (another start time) does not make a gone holder look alive", (
+        Edit("jobs/holders.py", "    if started != start:", "    if False:"),),
+        (f"{TAKEOVER}::test_an_ended_process_a_zombie_and_a_reused_pid_are_gone_a_live_one_is_not",)),
+    Mutant("takeover-live-pid", "a live process of this host keeps its leases", (
+        Edit("jobs/holders.py", '    if state in ("Z", "X"):', "    if True:"),),
+        (f"{TAKEOVER}::test_a_starting_worker_leaves_live_and_foreign_holders_leases_alone",)),
+    Mutant("takeover-zombie", "a killed process not yet reaped (a zombie) is gone", (
+        Edit("jobs/holders.py", '    if state in ("Z", "X"):', "    if False:"),),
+        (f"{TAKEOVER}::test_an_ended_process_a_zombie_and_a_reused_pid_are_gone_a_live_one_is_not",)),
+    Mutant("takeover-stable-id-promise", "a worker takes back its own id's leases only under the stable-id promise", (
+        Edit("jobs/worker.py", "restarted=cfg.worker_id if cfg.stable_id else None", "restarted=cfg.worker_id"),),
+        (f"{TAKEOVER}::test_a_worker_under_a_stable_id_takes_back_its_previous_process_leases_only_with_the_promise",)),
+    Mutant("takeover-stable-id-flag", "run_worker --worker-id makes the promise of one process per id", (
+        Edit("jobs/management/commands/run_worker.py", '            stable_id=opts["worker_id"] is not None,',
+             "            stable_id=False,"),),
+        (f"{TAKEOVER}::test_kill_9_mid_handler_then_a_restart_under_the_same_worker_id_runs_the_job_again",)),
+    Mutant("takeover-says-why", "a takeover's history row says why its holder is known to be gone", (
+        Edit("jobs/store.py", 'why=lambda job: f"worker {job.worker_id} is gone: {holders[job.worker_id]} (epoch {job.lease_epoch}); "',
+             'why=lambda job: f"worker {job.worker_id} did not renew its lease (epoch {job.lease_epoch}); "'),),
+        (f"{TAKEOVER}::test_a_starting_worker_takes_back_at_once_the_leases_of_a_dead_process_of_its_host",)),
     Mutant("claim-epoch-increment", "a claim (or takeover) by name moves the epoch on", (
         Edit("jobs/store.py", "            epoch = job.lease_epoch + 1", "            epoch = job.lease_epoch"),),
         tuple(FENCE_TESTS)),

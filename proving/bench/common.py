@@ -18,9 +18,11 @@ TENANT_ENQUEUE = "bench-enqueue"
 TENANT_E2E = "bench-e2e"
 TENANT_LATENCY = "bench-latency"
 TENANT_CLAIM = "bench-claim"
+TENANT_RECOVERY = "bench-recovery"
 # The many-tenant rows (end to end and claim time) use the first N of these.
 MANY_TENANTS = [f"bench-many-{i:05d}" for i in range(10_000)]
-BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, *BULK_TENANTS, *MANY_TENANTS]
+BENCH_TENANTS = [TENANT_ENQUEUE, TENANT_E2E, TENANT_LATENCY, TENANT_CLAIM, TENANT_RECOVERY, *BULK_TENANTS,
+                 *MANY_TENANTS]
 BENCH_ACTION = "jobs.bench_noop"
 REFERENCE_TABLE = "bench_reference_jobs"
 

@@ -123,6 +123,8 @@ class Results:
     latency: list[Latency] = field(default_factory=list)
     latency_workers: int = 0
     latency_interval_ms: float = 0.0
+    # Way of restarting → (kill → running again, kill → the new worker started), s
+    recovery: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     claims: list[ClaimCase] = field(default_factory=list)
     claim_count: int = 0
     tenant_claims: list[ClaimCase] = field(default_factory=list)

@@ -15,6 +15,7 @@ from .common import BENCH_TENANTS, REFERENCE_TABLE, BenchError, delete_tenants
 from .figures import BenchConfig, Results
 from .latency import latency_rows
 from .queues import queues_bench
+from .recovery import recovery_rows
 from .throughput import enqueue_rates, throughput_all
 
 
@@ -39,6 +40,8 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
         results.latency = latency_rows(config, results)
         results.latency_workers = config.latency_workers
         results.latency_interval_ms = config.latency_interval_ms
+        progress("recovery after kill -9 of a worker mid-handler")
+        results.recovery = recovery_rows(config.repeat)
         results.claim_count = config.claims
         progress(f"claim time: one tenant vs {config.claim_tenants:,} tenants")
         results.tenant_claims = claim_vs_tenants(config)

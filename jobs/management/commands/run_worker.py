@@ -17,7 +17,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--worker-id", default=None,
-                            help="Identity used in fences and history (default: host:pid:random, new per start).")
+                            help="A stable identity used in fences and history, for a deployment that runs one "
+                                 "process at a time under it (a container orchestrator's stable name): at start the "
+                                 "worker takes back at once the leases held under this id, which can only be a "
+                                 "previous process's. Never give two running workers the same id. Default: "
+                                 "host:pid:start:boot:pidns (or host:pid:random without /proc), new per start; a "
+                                 "later worker of the same host takes back a dead one's leases at once.")
         parser.add_argument("--concurrency", type=whole_flag(1, 256), default=1,
                             help="Handlers run at once (threads), 1-256. Default 1.")
         parser.add_argument("--until-idle", action="store_true",
@@ -57,6 +62,7 @@ class Command(BaseCommand):
         logger.propagate = False
         config = WorkerConfig(
             worker_id=opts["worker_id"] or default_worker_id(),
+            stable_id=opts["worker_id"] is not None,
             concurrency=opts["concurrency"],
             lease_ttl=opts["lease_ttl"],
             tenants=opts["tenants"],
