@@ -34,6 +34,7 @@ job (`db_retry_delay`).
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
