@@ -34,9 +34,8 @@ from pathlib import Path
 import psycopg
 
 from proving.clusters import Cluster, PrivateClusters, multi_host_url
-from proving.processes import terminate
+from proving.processes import ROOT, manage, terminate
 
-ROOT = Path(__file__).resolve().parent.parent
 TENANT = "failover"
 NOOP = "jobs.bench_noop"
 EMAIL = "connectors.send_email"
@@ -168,22 +167,18 @@ class FailoverDrill:
     # ------------------------------------------------------------ processes
 
     def _env(self, url: str) -> dict:
-        return {**os.environ, "DATABASE_URL": url, "PROVIDER_URL": self.simulator_url, "PYTHONUNBUFFERED": "1",
+        return {"DATABASE_URL": url, "PROVIDER_URL": self.simulator_url, "PYTHONUNBUFFERED": "1",
                 "PROVIDER_READ_TIMEOUT": "2", "PROVIDER_CONNECT_TIMEOUT": "1"}
 
     def _manage(self, url: str, *args: str, **env: str) -> None:
-        result = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env={**self._env(url), **env},
-                                cwd=ROOT,
-                                capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        if result.returncode != 0:
-            raise RuntimeError(f"manage.py {args[0]} exited {result.returncode}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        manage(*args, env={**self._env(url), **env})
 
     def _start_worker(self, url: str, number: int, index: int) -> subprocess.Popen:
         log = open(self.workdir / f"round-{number}-worker-{index}.log", "w")  # noqa: SIM115 - owned by the child
         command = [sys.executable, str(ROOT / "manage.py"), "run_worker", "--worker-id", f"r{number}-w{index}",
                    "--tenant", TENANT, "--concurrency", str(self.concurrency), "--lease-ttl", str(self.lease_ttl),
                    "--poll-interval", "0.2", "--grace", "5", "--log-format", "json"]
-        process = subprocess.Popen(command, env=self._env(url), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(command, env={**os.environ, **self._env(url)}, cwd=ROOT, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         return process
