@@ -138,6 +138,8 @@ _EMPTY_TABLE_TESTS = ("tests/jobs/test_claim_scale_pg.py::"
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
                       "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
 
+REPLICA_READS = "tests/test_replica_reads_pg.py"
+
 MUTANTS: list[Mutant] = [
     *_fence_mutants(),
     Mutant("claim-epoch-increment", "a claim (or takeover) by name moves the epoch on", (
@@ -696,6 +698,13 @@ MUTANTS: list[Mutant] = [
         Edit("company/review_notify.py", "        key = review_digest_key(ctx.tenant, user.pk, start)",
              "        key = review_digest_key(ctx.tenant, user.pk, start) + ctx.worker_id"),),
         ("tests/company/test_review_digest.py",)),
+    Mutant("replica-writes", "with a standby for reads, every write goes to the primary", (
+        Edit("durable/replica.py", "        return DEFAULT_DB_ALIAS", "        return REPLICA",
+             after="    def db_for_write("),),
+        (REPLICA_READS,), postgres=True),
+    Mutant("replica-read-in-transaction", "a read inside a transaction on the primary is made on the primary", (
+        Edit("durable/replica.py", "            and not connections[DEFAULT_DB_ALIAS].in_atomic_block)", "            )"),),
+        (REPLICA_READS,), postgres=True),
 ]
 
 

@@ -1,0 +1,81 @@
+"""Reads on a real standby (DATABASE_REPLICA_URL, durable.replica): a
+private primary and its streaming standby (proving.clusters), the standby's
+replay paused so it is behind. A page read there shows what the standby
+holds and says how far behind it is; sessions, writes, reads inside a
+transaction and reads outside a read-only request use the primary."""
+
+import json
+
+import pytest
+
+from proving.clusters import PrivateClusters, postgres_binaries_available
+from proving.processes import manage
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not postgres_binaries_available(), reason="needs PostgreSQL's server binaries (POSTGRES_BIN)"),
+]
+
+SCRIPT = """
+import json, time
+from django.test.utils import setup_test_environment
+setup_test_environment()
+from django.contrib.auth import get_user_model
+from django.db import connections, transaction
+from django.test import Client
+from durable.replica import reads_on_replica
+from jobs.models import Job
+from jobs.store import Store
+
+out = {}
+root = get_user_model().objects.create_superuser("root", "root@example.com", "a-long-enough-password-1")
+Store().enqueue("replica", "seen-before-the-pause")
+deadline = time.monotonic() + 30
+while True:
+    with reads_on_replica():
+        if Job.objects.filter(key="seen-before-the-pause").exists():
+            break
+    assert time.monotonic() < deadline, "the standby never replayed the first job"
+    time.sleep(0.05)
+with connections["replica"].cursor() as cursor:
+    cursor.execute("SELECT pg_wal_replay_pause()")
+Store().enqueue("replica", "written-after-the-pause")
+time.sleep(1.2)  # the standby's last replayed commit is now over a second old
+
+client = Client()
+client.force_login(root)  # the session is written, then read, on the primary
+page = client.get("/admin/jobs/job/")
+html = page.content.decode()
+out["page"] = page.status_code
+out["page_shows"] = [key for key in ("seen-before-the-pause", "written-after-the-pause") if key in html]
+out["page_says_behind"] = 'id="replica-lag"' in html
+api = client.get("/api/v1/proposals")
+out["api_lag_header"] = api.get("Replica-Lag")
+with reads_on_replica():
+    out["read_on_replica"] = Job.objects.filter(key="written-after-the-pause").exists()
+    with transaction.atomic():
+        out["read_in_a_transaction"] = Job.objects.filter(key="written-after-the-pause").exists()
+    Store().enqueue("replica", "written-in-a-read-only-request")
+out["read_on_primary"] = Job.objects.filter(key="written-after-the-pause").exists()
+out["written_on_primary"] = Job.objects.filter(key="written-in-a-read-only-request").exists()
+print(json.dumps(out))
+"""
+
+
+def test_pages_read_on_a_standby_that_is_behind_say_so_and_everything_else_uses_the_primary(tmp_path):
+    with PrivateClusters() as clusters:
+        primary = clusters.primary()
+        primary.query('CREATE DATABASE "durable_replica"')
+        env = {"DATABASE_URL": primary.url("durable_replica")}
+        manage("migrate", "--noinput", "-v", "0", env=env)
+        standby = clusters.standby(primary)
+        out = manage("shell", "-c", SCRIPT, env={**env, "DATABASE_REPLICA_URL": standby.url("durable_replica")})
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["page"] == 200
+    assert seen["page_shows"] == ["seen-before-the-pause"]
+    assert seen["page_says_behind"] is True
+    assert float(seen["api_lag_header"]) > 0
+    assert seen["read_on_replica"] is False
+    assert seen["read_in_a_transaction"] is True
+    assert seen["read_on_primary"] is True
+    assert seen["written_on_primary"] is True
