@@ -12,9 +12,9 @@ alias `replica`. Everything else uses the primary:
 - every read inside a transaction on the primary (a GET that writes reads
   what it writes against on the primary);
 - who may do what, whatever the request: users, sessions, permissions,
-  login throttling, memberships and roles, tenant and review policies,
-  agents and their keys — a role taken away or a key revoked takes effect
-  at once, never a replication delay later.
+  login throttling, tenants, memberships and roles, tenant and review
+  policies, agents and their keys — a role taken away or a key revoked
+  takes effect at once, never a replication delay later.
 
 A page read on the standby says how far behind the primary it is when it
 is behind (`replica_lag_seconds`; the admin's header shows it), and an API
@@ -32,7 +32,8 @@ REPLICA = "replica"
 RECORD_APPS = frozenset({"jobs", "review", "operations", "company", "gateway"})
 # …but for these models, which decide who may do what: always the primary.
 PERMISSION_MODELS = frozenset({
-    "company.membership", "company.tenantpolicy", "company.reviewpolicy", "gateway.agent", "gateway.apikey",
+    "company.tenant", "company.membership", "company.tenantpolicy", "company.reviewpolicy",
+    "gateway.agent", "gateway.apikey",
 })
 # The requests read on the standby (GET and HEAD only).
 READ_PREFIXES = ("/admin/", "/api/v1/")

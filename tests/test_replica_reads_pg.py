@@ -1,8 +1,9 @@
 """Reads on a real standby (DATABASE_REPLICA_URL, durable.replica): a
 private primary and its streaming standby (proving.clusters), the standby's
-replay paused so it is behind. A page read there shows what the standby
-holds and says how far behind it is; sessions, writes, reads inside a
-transaction and reads outside a read-only request use the primary."""
+replay paused so it is behind. A page and an API answer read there show
+what the standby holds and say how far behind it is; sessions, an agent's
+key and tenant, writes, reads inside a transaction and reads outside a
+read-only request use the primary."""
 
 import json
 
@@ -23,7 +24,9 @@ setup_test_environment()
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.test import Client
+from company.models import Tenant
 from durable.replica import reads_on_replica
+from gateway.services import agent_create
 from jobs.models import Job
 from jobs.store import Store
 
@@ -49,8 +52,15 @@ html = page.content.decode()
 out["page"] = page.status_code
 out["page_shows"] = [key for key in ("seen-before-the-pause", "written-after-the-pause") if key in html]
 out["page_says_behind"] = 'id="replica-lag"' in html
-api = client.get("/api/v1/proposals")
-out["api_lag_header"] = api.get("Replica-Lag")
+# An agent, its tenant and its key, all created after the pause: who may
+# ask is decided on the primary, what they read comes from the standby.
+tenant = Tenant.objects.create(slug="replica", name="Replica")
+agent, issued = agent_create(tenant=tenant, name="reader", actor="test")
+bearer = {"HTTP_AUTHORIZATION": f"Bearer {issued.key}"}
+before = client.get("/api/v1/proposals/seen-before-the-pause", **bearer)
+after = client.get("/api/v1/proposals/written-after-the-pause", **bearer)
+out["api"] = [before.status_code, after.status_code]
+out["api_lag_header"] = after.get("Replica-Lag")
 with reads_on_replica():
     out["read_on_replica"] = Job.objects.filter(key="written-after-the-pause").exists()
     with transaction.atomic():
@@ -74,6 +84,7 @@ def test_pages_read_on_a_standby_that_is_behind_say_so_and_everything_else_uses_
     assert seen["page"] == 200
     assert seen["page_shows"] == ["seen-before-the-pause"]
     assert seen["page_says_behind"] is True
+    assert seen["api"] == [200, 404]
     assert float(seen["api_lag_header"]) > 0
     assert seen["read_on_replica"] is False
     assert seen["read_in_a_transaction"] is True

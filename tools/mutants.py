@@ -702,6 +702,9 @@ MUTANTS: list[Mutant] = [
         Edit("durable/replica.py", "        return DEFAULT_DB_ALIAS", "        return REPLICA",
              after="    def db_for_write("),),
         (REPLICA_READS,), postgres=True),
+    Mutant("replica-keys-on-primary", "with a standby for reads, an agent's API key is always read on the primary", (
+        Edit("durable/replica.py", '    "gateway.agent", "gateway.apikey",', '    "gateway.agent",'),),
+        (REPLICA_READS,), postgres=True),
     Mutant("replica-read-in-transaction", "a read inside a transaction on the primary is made on the primary", (
         Edit("durable/replica.py", "            and not connections[DEFAULT_DB_ALIAS].in_atomic_block)", "            )"),),
         (REPLICA_READS,), postgres=True),
