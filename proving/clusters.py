@@ -108,6 +108,19 @@ class Cluster:
                 raise ClusterError(f"{self.name} still in recovery 60 s after its promotion:\n{self.log()[-2000:]}")
             time.sleep(0.05)
 
+    def stop_streaming(self) -> None:
+        """This standby stops receiving WAL (its primary_conninfo emptied):
+        what its primary commits from now on is missing here, as the last
+        commits an asynchronous standby had not received when its primary
+        crashed."""
+        self.query("ALTER SYSTEM SET primary_conninfo = ''")
+        self.query("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 60
+        while self.query("SELECT count(*) FROM pg_stat_wal_receiver")[0][0]:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{self.name} still receives WAL 60 s after its primary_conninfo was emptied")
+            time.sleep(0.05)
+
     def query(self, sql: str, params=None, *, dbname: str = "postgres") -> list[tuple]:
         with psycopg.connect(self.url(dbname), autocommit=True, connect_timeout=5) as conn:
             cursor = conn.execute(sql, params)

@@ -56,6 +56,7 @@ class RoundResult:
     run_twice: list = field(default_factory=list)
     sent_twice: list = field(default_factory=list)
     done_at_crash: int = 0
+    done_lost: int = 0  # DONE on the old primary at the crash, not on the new one
     resume_seconds: float | None = None
     outage_seconds: float | None = None
 
@@ -63,8 +64,10 @@ class RoundResult:
         resume = "never"
         if self.resume_seconds is not None:
             resume = f"{self.resume_seconds:.2f}s after the promotion ({self.outage_seconds:.2f}s after the crash)"
+        emails_again = sum("-mail-" in key for key in self.run_twice)
         return (f"round {self.number}: {self.jobs} jobs ({self.emails} emails, {self.done_at_crash} done at the "
-                f"crash), lost {len(self.lost)}, run twice {len(self.run_twice)}, sent twice {len(self.sent_twice)}, "
+                f"crash, {self.done_lost} of them not on the new primary), lost {len(self.lost)}, "
+                f"run twice {len(self.run_twice)} ({emails_again} emails), sent twice {len(self.sent_twice)}, "
                 f"resumed {resume}")
 
 
@@ -87,33 +90,49 @@ class FailoverDrill:
         self.primary.query(f'CREATE DATABASE "{self.dbname}"')
         self._manage(self.primary.url(self.dbname), "migrate", "--noinput", "-v", "0")
 
-    def round(self, *, jobs: int = 120, emails: int = 30, crash_after: float = 0.3) -> RoundResult:
+    def round(self, *, jobs: int = 120, emails: int = 30, crash_after: float = 0.3,
+              lose_after: float | None = None) -> RoundResult:
         """One round: `jobs` no-op jobs and `emails` emails; the primary is
-        crashed once `crash_after` of them are DONE."""
+        crashed once `crash_after` of them are DONE. With `lose_after`
+        (asynchronous only) the standby stops receiving WAL once that share
+        is DONE, so the commits between then and the crash are lost in the
+        failover."""
+        if lose_after is not None and self.synchronous:
+            raise ValueError("a synchronous standby that stops receiving WAL stops the primary's commits")
         self.rounds += 1
         number, primary = self.rounds, self.primary
         standby = self.clusters.standby(primary, name=f"node-{number}", synchronous=self.synchronous)
         url = multi_host_url([primary, standby], self.dbname, connect_timeout="2")
         prefix = f"r{number}-"
-        specs = [{"tenant": TENANT, "key": f"{prefix}noop-{i:04d}", "action": NOOP, "payload": {"hold": 0.05}}
+        noops = [{"tenant": TENANT, "key": f"{prefix}noop-{i:04d}", "action": NOOP, "payload": {"hold": 0.05}}
                  for i in range(jobs)]
-        specs += [{"tenant": TENANT, "key": f"{prefix}mail-{i:04d}", "action": EMAIL,
-                   "payload": {"to": f"customer-{i}@example.com", "subject": f"Failover {prefix}{i:04d}",
-                               "body": "If this arrives twice, the failover drill failed.",
-                               "provider": "sim-idempotent"}}
-                  for i in range(emails)]
+        mails = [{"tenant": TENANT, "key": f"{prefix}mail-{i:04d}", "action": EMAIL,
+                  "payload": {"to": f"customer-{i}@example.com", "subject": f"Failover {prefix}{i:04d}",
+                              "body": "If this arrives twice, the failover drill failed.",
+                              "provider": "sim-idempotent"}}
+                 for i in range(emails)]
+        # Emails spread evenly among the no-ops (claims go oldest first), so
+        # some are in flight, and some just finished, whenever the primary crashes.
+        order = [(i / jobs, spec) for i, spec in enumerate(noops)] + [((i + 0.5) / emails, spec)
+                                                                     for i, spec in enumerate(mails)]
+        specs = [spec for _, spec in sorted(order, key=lambda pair: pair[0])]
         self._manage(primary.url(self.dbname), "shell", "-c", ENQUEUE, FAILOVER_JOB_SPECS=json.dumps(specs))
         total = jobs + emails
         fleet = [self._start_worker(url, number, w) for w in range(self.workers)]
         try:
             give_up = time.monotonic() + self.deadline
-            while self._done(primary, prefix) < crash_after * total:
-                if time.monotonic() > give_up:
-                    raise RuntimeError(f"round {number}: the fleet did not get going; logs in {self.workdir}")
-                time.sleep(0.02)
+            steps = [(lose_after, standby.stop_streaming)] if lose_after is not None else []
+            for share, then in steps + [(crash_after, None)]:
+                while self._done(primary, prefix) < share * total:
+                    if time.monotonic() > give_up:
+                        raise RuntimeError(f"round {number}: the fleet did not get going; logs in {self.workdir}")
+                    time.sleep(0.02)
+                if then is not None:
+                    then()
             done_at_crash = self._done(primary, prefix)
             crashed_at = standby.query("SELECT clock_timestamp()")[0][0]
             primary.stop(mode="immediate")
+            done_on_standby = self._done(standby, prefix)  # all it replayed; nothing runs on it yet
             standby.promote()
             self.primary = standby
             promoted_at = standby.query("SELECT clock_timestamp()")[0][0]
@@ -124,6 +143,7 @@ class FailoverDrill:
             terminate(fleet)
         result = self._judge(number, standby, prefix, jobs=total, emails=emails, promoted_at=promoted_at)
         result.done_at_crash = done_at_crash
+        result.done_lost = max(0, done_at_crash - done_on_standby)
         if result.resume_seconds is not None:
             result.outage_seconds = result.resume_seconds + (promoted_at - crashed_at).total_seconds()
         return result
