@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 SCRIPT = """
-import json, time
+import json, re, time
 from django.test.utils import setup_test_environment
 setup_test_environment()
 from django.contrib.auth import get_user_model
@@ -27,12 +27,18 @@ from django.test import Client
 from company.models import Tenant
 from durable.replica import reads_on_replica
 from gateway.services import agent_create
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 from jobs.store import Store
+from review.decisions import job_reject
 
 out = {}
 root = get_user_model().objects.create_superuser("root", "root@example.com", "a-long-enough-password-1")
-Store().enqueue("replica", "seen-before-the-pause")
+store = Store()
+store.enqueue("replica", "to-review")
+store.fail("replica", "to-review", "w1", store.claim("replica", "to-review", "w1"), error="bad address",
+           failure="permanent")
+reviewed = Job.objects.get(key="to-review")
+store.enqueue("replica", "seen-before-the-pause")
 deadline = time.monotonic() + 30
 while True:
     with reads_on_replica():
@@ -43,6 +49,9 @@ while True:
 with connections["replica"].cursor() as cursor:
     cursor.execute("SELECT pg_wal_replay_pause()")
 Store().enqueue("replica", "written-after-the-pause")
+# Someone else decides the job on the primary; the standby does not know yet.
+newest = JobEvent.objects.filter(job=reviewed).order_by("-id").values_list("id", flat=True).first()
+job_reject(job_id=reviewed.pk, user=root, note="someone else was first", seen_event=newest)
 time.sleep(1.2)  # the standby's last replayed commit is now over a second old
 
 client = Client()
@@ -52,6 +61,15 @@ html = page.content.decode()
 out["page"] = page.status_code
 out["page_shows"] = [key for key in ("seen-before-the-pause", "written-after-the-pause") if key in html]
 out["page_says_behind"] = 'id="replica-lag"' in html
+# The decision page read on the standby still offers the decision; taken
+# from it, the decision is checked on the primary against the event the
+# page showed, and refused.
+page = client.get(f"/admin/console/jobs/{reviewed.pk}/").content.decode()
+out["stale_page_offers_approve"] = "/decide/approve/" in page
+seen = re.search(r'name="seen_event" value="(\\d+)"', page).group(1)
+taken = client.post(f"/admin/console/jobs/{reviewed.pk}/decide/approve/", {"note": "looks fine", "seen_event": seen})
+out["stale_decision"] = [taken.status_code, Job.objects.get(pk=reviewed.pk).state]
+
 # An agent, its tenant and its key, all created after the pause: who may
 # ask is decided on the primary, what they read comes from the standby.
 tenant = Tenant.objects.create(slug="replica", name="Replica")
@@ -84,6 +102,8 @@ def test_pages_read_on_a_standby_that_is_behind_say_so_and_everything_else_uses_
     assert seen["page"] == 200
     assert seen["page_shows"] == ["seen-before-the-pause"]
     assert seen["page_says_behind"] is True
+    assert seen["stale_page_offers_approve"] is True
+    assert seen["stale_decision"] == [409, "CANCELLED"]
     assert seen["api"] == [200, 404]
     assert float(seen["api_lag_header"]) > 0
     assert seen["read_on_replica"] is False
