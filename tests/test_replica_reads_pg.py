@@ -66,6 +66,7 @@ out["page_says_behind"] = 'id="replica-lag"' in html
 # page showed, and refused.
 page = client.get(f"/admin/console/jobs/{reviewed.pk}/").content.decode()
 out["stale_page_offers_approve"] = "/decide/approve/" in page
+out["decision_page_says_behind"] = 'id="replica-lag"' in page
 seen = re.search(r'name="seen_event" value="(\\d+)"', page).group(1)
 taken = client.post(f"/admin/console/jobs/{reviewed.pk}/decide/approve/", {"note": "looks fine", "seen_event": seen})
 out["stale_decision"] = [taken.status_code, Job.objects.get(pk=reviewed.pk).state]
@@ -102,7 +103,7 @@ def test_pages_read_on_a_standby_that_is_behind_say_so_and_everything_else_uses_
     assert seen["page"] == 200
     assert seen["page_shows"] == ["seen-before-the-pause"]
     assert seen["page_says_behind"] is True
-    assert seen["stale_page_offers_approve"] is True
+    assert seen["stale_page_offers_approve"] is True and seen["decision_page_says_behind"] is True
     assert seen["stale_decision"] == [409, "CANCELLED"]
     assert seen["api"] == [200, 404]
     assert float(seen["api_lag_header"]) > 0
