@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest -o cache_dir=$(or $(TMPDIR),/tmp)/durable-pytest-cache
 # TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= auto
 
-.PHONY: install lint test test-postgres test-pooler test-system test-deep mutants demo migrate worker calendar simulator bench chaos clean
+.PHONY: install lint test test-postgres test-pooler test-system test-failover test-deep mutants demo migrate worker calendar simulator bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,6 @@ simulator: install  ## the provider simulator on :8025
 
 clean:
 	rm -rf $(VENV) db.sqlite3* test_db.sqlite3* var/
+
+test-failover: install  ## private clusters: the primary crashed under running workers, its standby promoted (FAILOVER_ROUNDS, FAILOVER_SYNCHRONOUS=1); needs PostgreSQL's server binaries and root or user postgres
+	DATABASE_URL=$(PG_URL) $(PYTEST) -m failover -s tests/proving/test_failover_pg.py $(PYTEST_ARGS)

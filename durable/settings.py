@@ -251,6 +251,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "SQLITE_TEST_DATABASE", default=str(BASE_DIR / "test_db.sqlite3")
     )
 
+# Reads on a standby (durable.replica): the pages people read and the API's
+# GETs read the work's records there; writes, decisions and who may do what
+# stay on the primary. A PostgreSQL streaming standby of DATABASE_URL's
+# database, with the same connection settings as the primary.
+DATABASE_REPLICA_URL = env("DATABASE_REPLICA_URL", default="").strip()
+if DATABASE_REPLICA_URL:
+    if not _postgres or urlsplit(DATABASE_REPLICA_URL).scheme not in ("postgres", "postgresql"):
+        # The scheme only: the URL may carry a password, and this is logged.
+        raise environ.ImproperlyConfigured(
+            f"DATABASE_REPLICA_URL must be a postgres:// URL of a standby of DATABASE_URL's PostgreSQL database, "
+            f"not a {urlsplit(DATABASE_REPLICA_URL).scheme or 'scheme-less'!r} URL")
+    _replica = env.db_url_config(DATABASE_REPLICA_URL)
+    DATABASES["replica"] = {
+        **{k: v for k, v in DATABASES["default"].items() if k not in ("TEST",)}, **_replica,
+        "OPTIONS": {**DATABASES["default"].get("OPTIONS", {}), **_replica.get("OPTIONS", {})},
+        # Tests see the primary's test database under this alias.
+        "TEST": {"MIRROR": "default"},
+    }
+    DATABASE_ROUTERS = ["durable.replica.ReplicaRouter"]
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+                      "durable.replica.ReplicaReadsMiddleware")
+    TEMPLATES[0]["OPTIONS"]["context_processors"].append("durable.replica.replica_status")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -139,6 +139,8 @@ _EMPTY_TABLE_TESTS = ("tests/jobs/test_claim_scale_pg.py::"
 _BATCH_FENCE_TESTS = ("tests/jobs/test_claim_batch.py::test_finish_many_checks_both_halves_of_each_jobs_fence",
                       "tests/jobs/test_store.py::test_renew_many_extends_each_lease_held_under_its_fence_and_no_other")
 
+REPLICA_READS = "tests/test_replica_reads_pg.py"
+
 MUTANTS: list[Mutant] = [
     *_fence_mutants(),
     Mutant("takeover-at-start", "a starting worker takes back a gone holder's leases before it claims", (
@@ -824,6 +826,16 @@ MUTANTS: list[Mutant] = [
     Mutant("proposal-limit-0-refuses", "a proposal limit of 0 refuses every proposal, with no retry time", (
         Edit("gateway/services.py", "        if limit == 0:", "        if False:"),),
         ("tests/gateway/test_proposal_limit_zero.py",)),
+    Mutant("replica-writes", "with a standby for reads, every write goes to the primary", (
+        Edit("durable/replica.py", "        return DEFAULT_DB_ALIAS", "        return REPLICA",
+             after="    def db_for_write("),),
+        (REPLICA_READS,), postgres=True),
+    Mutant("replica-keys-on-primary", "with a standby for reads, an agent's API key is always read on the primary", (
+        Edit("durable/replica.py", '    "gateway.agent", "gateway.apikey",', '    "gateway.agent",'),),
+        (REPLICA_READS,), postgres=True),
+    Mutant("replica-read-in-transaction", "a read inside a transaction on the primary is made on the primary", (
+        Edit("durable/replica.py", "            and not connections[DEFAULT_DB_ALIAS].in_atomic_block)", "            )"),),
+        (REPLICA_READS,), postgres=True),
 ]
 
 

@@ -4,7 +4,6 @@ it is (`database_url`), and waiting until the jobs they were given are done."""
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from django.db.models import Max
 
 from jobs.models import Job
 from jobs.states import State
+
+from proving.processes import terminate
 
 from .common import BENCH_ACTION, ROOT, BenchError
 
@@ -120,15 +121,7 @@ class WorkerFleet:
         return self._finished
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(self.procs)
 
     def tail(self, lines: int = 15) -> str:
         out = []
