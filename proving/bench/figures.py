@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .changelist import ChangelistCase
 from .common import percentile
+from .peers import PeerEnqueue
 from .queues import BulkCase, QueueCase
 
 
@@ -119,6 +120,7 @@ class ClaimCase:
 class Results:
     header: list[str] = field(default_factory=list)
     enqueue: list[tuple[str, int, float, int | None]] = field(default_factory=list)
+    enqueue_peers: list[PeerEnqueue] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)
     latency_workers: int = 0

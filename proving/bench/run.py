@@ -15,6 +15,7 @@ from .common import BENCH_TENANTS, REFERENCE_TABLE, BenchError, delete_tenants
 from .figures import BenchConfig, Results
 from .latency import latency_rows
 from .queues import queues_bench
+from .peers import enqueue_vs_pgqueuer, pgqueuer_missing
 from .throughput import enqueue_rates, throughput_all
 
 
@@ -34,6 +35,10 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
             return results
         progress("enqueue rate")
         results.enqueue = enqueue_rates(config)
+        if missing := pgqueuer_missing():
+            results.notes.append(missing)
+        else:
+            results.enqueue_peers = enqueue_vs_pgqueuer(config.repeat, progress)
         throughput_all(config, results, progress)
         progress(f"insert→start latency: {config.latency_jobs} jobs, {config.latency_workers} idle workers")
         results.latency = latency_rows(config, results)
