@@ -30,6 +30,7 @@ class BenchConfig:
     queues_only: bool = False  # only that section
     lease_cap: int = 2  # the capped-vs-uncapped rows (JOBS_TENANT_LEASE_CAP; 0: skipped)
     backlog: int = 200_000  # READY jobs in the deep row of claim time vs backlog (0: section skipped)
+    peer_jobs: list[int] = field(default_factory=lambda: [3000, 20_000])  # enqueue beside a peer (empty: skipped)
 
 
 @dataclass

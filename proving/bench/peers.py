@@ -19,7 +19,6 @@ from jobs.store import JobSpec, Store
 
 from .common import TENANT_ENQUEUE, delete_tenants, in_turns, vacuum
 
-PEER_SIZES = (3000, 20_000)
 PGQUEUER_ENTRYPOINT = "bench_noop"
 
 
@@ -47,8 +46,7 @@ def pgqueuer_missing() -> str | None:
     return None
 
 
-def enqueue_vs_pgqueuer(repeat: int, progress: Callable[[str], None],
-                        sizes: tuple[int, ...] = PEER_SIZES) -> list[PeerEnqueue]:
+def enqueue_vs_pgqueuer(sizes: list[int], repeat: int, progress: Callable[[str], None]) -> list[PeerEnqueue]:
     """Per size, `repeat` rounds of three runs in turns: ours, pgqueuer with
     a dedupe key per job (`on_conflict="skip"`: what ours does), pgqueuer
     without keys. Two rows per size, one per pgqueuer variant, each beside
