@@ -234,9 +234,9 @@ class Store:
         return job, True
 
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
-        """Insert many jobs, one statement per 4,000 on PostgreSQL; keys that
-        exist are left alone (their search rows' unique index decides, by
-        INSERT … ON CONFLICT DO NOTHING). Returns how many were created.
+        """Insert many jobs, on PostgreSQL a COPY and one statement per 4,000
+        (enqueue.sql); keys that exist are left alone (their search rows'
+        unique index decides, by INSERT … ON CONFLICT DO NOTHING). Returns how many were created.
         Every spec is validated first, as `enqueue` validates one (`ValueError`
         naming the spec and the field); one bad spec writes nothing."""
         specs = list(specs)
