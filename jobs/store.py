@@ -236,9 +236,10 @@ class Store:
     def enqueue_many(self, specs, *, actor: str = "", now=None) -> int:
         """Insert many jobs, on PostgreSQL a COPY and one statement per 4,000
         (enqueue.sql); keys that exist are left alone (their search rows'
-        unique index decides, by INSERT … ON CONFLICT DO NOTHING). Returns how many were created.
-        Every spec is validated first, as `enqueue` validates one (`ValueError`
-        naming the spec and the field); one bad spec writes nothing."""
+        unique index decides, by INSERT … ON CONFLICT DO NOTHING). Returns
+        how many were created. Every spec is validated first, as `enqueue`
+        validates one (`ValueError` naming the spec and the field); one bad
+        spec writes nothing."""
         specs = list(specs)
         checked = []
         for index, s in enumerate(specs):
