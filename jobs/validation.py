@@ -76,12 +76,17 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+# `json.dumps(value, sort_keys=True, allow_nan=False)`, its encoder made once
+# (json.dumps makes one per call when given options).
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False)
+
+
 def strict_json(value, *, field: str) -> str:
     """`value` as canonical JSON text, or `ValueError` naming `field`."""
     problem = json_problem(value)
     if problem:
         raise ValueError(f"{field}: {problem}")
-    return json.dumps(value, sort_keys=True, allow_nan=False)
+    return _CANONICAL_JSON.encode(value)
 
 
 def storable_text(text: str) -> str:

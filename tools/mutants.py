@@ -251,6 +251,12 @@ MUTANTS: list[Mutant] = [
     Mutant("enqueue-many-keeps-the-last", "a key given twice to enqueue_many keeps its first spec (PostgreSQL)", (
         Edit("jobs/sql/enqueue.sql", "ORDER BY tenant, key, n", "ORDER BY tenant, key, n DESC"),),
         ("tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given",), postgres=True),
+    Mutant("enqueue-many-copy-unnumbered", "a bulk enqueue's copied rows keep their place in the chunk: the "
+           "first of a key given twice is kept and ids follow the order given (PostgreSQL)", (
+        Edit("jobs/store.py", "copy.write_row((n, *row))", "copy.write_row((0, *row))"),),
+        ("tests/jobs/test_store.py::"
+         "test_enqueue_many_keeps_the_first_of_a_key_given_twice_and_numbers_jobs_in_the_order_given",
+         "tests/jobs/test_enqueue_many_pg.py::test_a_bulk_enqueue_writes_each_column_as_given"), postgres=True),
     Mutant("enqueue-lock-order", "concurrent enqueues lock the search rows in (tenant, key) order, before the "
            "jobs and their tenant's ready row (PostgreSQL)", (
         Edit("jobs/sql/enqueue.sql", "    SELECT id, tenant, key, search_text FROM numbered ORDER BY tenant, key",

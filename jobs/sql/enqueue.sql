@@ -8,28 +8,47 @@
 -- payload, priority, next_attempt_at, max_attempts, search_text.
 
 
+-- enqueue_given_table --
+-- PostgreSQL: where a chunk is copied before it is inserted, this
+-- session's own (a temporary table, emptied at every commit). Made when
+-- the session has none: behind a transaction pooler the next chunk may run
+-- on another server session.
+CREATE TEMPORARY TABLE IF NOT EXISTS jobs_enqueue_given (
+    n integer, tenant varchar, key varchar, action varchar, subject_type varchar, subject_id varchar,
+    subject_version integer, payload jsonb, priority smallint, next_attempt_at timestamptz, max_attempts integer,
+    search_text text
+) ON COMMIT DELETE ROWS
+
+-- enqueue_given_copy --
+-- PostgreSQL: the chunk, a row per job (its position n first), by COPY: a
+-- row of parameters per job, or an array per column, makes a statement
+-- psycopg takes longer to build than the server takes to run.
+COPY jobs_enqueue_given (n, tenant, key, action, subject_type, subject_id, subject_version, payload, priority,
+                         next_attempt_at, max_attempts, search_text) FROM STDIN
+
 -- enqueue_many --
--- PostgreSQL, one statement per chunk: each new key's search row first
--- (its id drawn from the jobs' sequence, in the chunk's order; a key that
--- exists is skipped by the unique index, waiting for a concurrent insert of
--- it to commit or roll back), then the jobs of the keys that got one, and
--- their creation events. Lock order, as enqueue_job_id's caller keeps it:
--- the search rows in (tenant, key) order, whatever the chunk's order, then
--- the jobs (and, through their trigger, the tenants' ready rows); two
--- enqueues of the same keys wait for each other and never deadlock. The chunk comes as one array per column: a row of
--- parameters per job makes a statement psycopg takes longer to read than the
--- server takes to run. Bound: the proposer, the eleven arrays, the actor.
--- {new_jobs}: enqueue_new_jobs, from the numbered keys that got a search row.
+-- PostgreSQL, one statement per chunk, taking the copied chunk out of
+-- jobs_enqueue_given (so a next chunk of the same transaction starts from
+-- an empty table): each new key's search row first (its id drawn from the
+-- jobs' sequence, in the chunk's order; a key that exists is skipped by the
+-- unique index, waiting for a concurrent insert of it to commit or roll
+-- back), then the jobs of the keys that got one, and their creation events.
+-- Lock order, as enqueue_job_id's caller keeps it: the search rows in
+-- (tenant, key) order, whatever the chunk's order, then the jobs (and,
+-- through their trigger, the tenants' ready rows); two enqueues of the same
+-- keys wait for each other and never deadlock. The sequence is looked up
+-- once per statement (a scalar subquery), not once per job. Bound: the
+-- proposer, the actor. {new_jobs}: enqueue_new_jobs, from the numbered keys
+-- that got a search row.
 WITH given AS (
-    SELECT g.*, {now} AS created_at, %s::varchar AS proposed_by
-    FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], %s::integer[],
-                %s::jsonb[], %s::smallint[], %s::timestamptz[], %s::integer[], %s::text[])
-         WITH ORDINALITY AS g(tenant, key, action, subject_type, subject_id, subject_version, payload, priority,
-                              next_attempt_at, max_attempts, search_text, n)
+    DELETE FROM jobs_enqueue_given
+    RETURNING n, tenant, key, action, subject_type, subject_id, subject_version, payload, priority,
+              next_attempt_at, max_attempts, search_text, {now}::timestamptz AS created_at,
+              %s::varchar AS proposed_by
 ), firsts AS (
     SELECT DISTINCT ON (tenant, key) * FROM given ORDER BY tenant, key, n
 ), numbered AS (
-    SELECT nextval(pg_get_serial_sequence('jobs_job', 'id')) AS id, f.*
+    SELECT nextval((SELECT pg_get_serial_sequence('jobs_job', 'id'))) AS id, f.*
     FROM (SELECT * FROM firsts ORDER BY n OFFSET 0) AS f
 ), searchable AS (
     INSERT INTO jobs_jobsearch (job_id, tenant, key, search_text)

@@ -13,6 +13,10 @@ one module per kind of figure:
 - **enqueue rate** (`throughput.py`): `Store.enqueue` one job at a time,
   and `Store.enqueue_many`, with the WAL bytes each writes per job
   (PostgreSQL).
+- **enqueue vs peers** (`peers.py`): `Store.enqueue_many` beside
+  pgqueuer's list enqueue (with a dedupe key per job, and without), in
+  turns, at `--peer-jobs` jobs; skipped with a line when pgqueuer (the
+  optional `peers` extra) is not installed.
 - **end-to-end throughput** (`throughput.py`, beside `reference.py`):
   `--jobs` no-op jobs committed at once in front of N idle, LISTENing
   `manage.py run_worker` processes (real OS processes, started and idle

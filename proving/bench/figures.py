@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .changelist import ChangelistCase
 from .common import percentile
+from .peers import PeerEnqueue
 from .queues import BulkCase, QueueCase
 
 
@@ -29,6 +30,7 @@ class BenchConfig:
     queues_only: bool = False  # only that section
     lease_cap: int = 2  # the capped-vs-uncapped rows (JOBS_TENANT_LEASE_CAP; 0: skipped)
     backlog: int = 200_000  # READY jobs in the deep row of claim time vs backlog (0: section skipped)
+    peer_jobs: list[int] = field(default_factory=lambda: [3000, 20_000])  # enqueue beside a peer (empty: skipped)
 
 
 @dataclass
@@ -119,6 +121,7 @@ class ClaimCase:
 class Results:
     header: list[str] = field(default_factory=list)
     enqueue: list[tuple[str, int, float, int | None]] = field(default_factory=list)
+    enqueue_peers: list[PeerEnqueue] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)
     latency_workers: int = 0

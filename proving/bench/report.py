@@ -23,6 +23,9 @@ TARGET_RSS_MIB = 80.0
 # A worker killed mid-handler and one started right after: its job runs
 # again within 5 s, whatever its lease (300 s in the row).
 TARGET_RECOVERY_SECONDS = 5.0
+# `Store.enqueue_many` at least as fast as a peer's bulk enqueue (pgqueuer's
+# list enqueue), the same jobs in the same run.
+TARGET_PEER_ENQUEUE_RATIO = 1.0
 # run_worker --batch with 4 processes: at least 10,000 jobs/s. A claim with
 # 10,000 tenants holding READY work: at most 2× the claim with one.
 TARGET_BATCH_RATE = 10_000.0
@@ -49,6 +52,23 @@ def render(results: Results) -> str:
             [[label, f"{n:,}", f"{s:.2f}", f"{n / s:,.0f}", _wal_text(wal / n if wal is not None else None)]
              for label, n, s, wal in results.enqueue],
         )
+        out.append("")
+
+    if results.enqueue_peers:
+        pairs = len(results.enqueue_peers[0].ours)
+        out.append(f"ENQUEUE vs PEERS: Store.enqueue_many vs a peer's bulk enqueue; {pairs} round(s) per size, "
+                   "in turns (the order reversed every round): median rates, median and range of the rounds' "
+                   "ours/peer")
+        rows = []
+        for peer in results.enqueue_peers:
+            ratios = peer.ratios
+            ratio = statistics.median(ratios)
+            rows.append([f"{peer.jobs:,} jobs vs {peer.peer}", f"{peer.jobs / statistics.median(peer.ours):,.0f}",
+                         f"{peer.jobs / statistics.median(peer.theirs):,.0f}",
+                         f"{ratio:.2f}×" + (f" ({ratios[0]:.2f}–{ratios[-1]:.2f})" if len(ratios) > 1 else ""),
+                         verdict(ratio >= TARGET_PEER_ENQUEUE_RATIO)])
+        out += table(["", "ours jobs/s", "peer jobs/s", "ours/peer",
+                      f"≥ {TARGET_PEER_ENQUEUE_RATIO:g}×"], rows)
         out.append("")
 
     if results.throughput:

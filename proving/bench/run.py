@@ -15,6 +15,7 @@ from .common import BENCH_TENANTS, REFERENCE_TABLE, BenchError, delete_tenants
 from .figures import BenchConfig, Results
 from .latency import latency_rows
 from .queues import queues_bench
+from .peers import enqueue_vs_pgqueuer, pgqueuer_missing
 from .recovery import recovery_rows
 from .throughput import enqueue_rates, throughput_all
 
@@ -35,6 +36,11 @@ def bench_run(config: BenchConfig, *, progress: Callable[[str], None] = lambda m
             return results
         progress("enqueue rate")
         results.enqueue = enqueue_rates(config)
+        if config.peer_jobs:
+            if missing := pgqueuer_missing():
+                results.notes.append(missing)
+            else:
+                results.enqueue_peers = enqueue_vs_pgqueuer(config.peer_jobs, config.repeat, progress)
         throughput_all(config, results, progress)
         progress(f"insert→start latency: {config.latency_jobs} jobs, {config.latency_workers} idle workers")
         results.latency = latency_rows(config, results)
@@ -93,7 +99,7 @@ def _header(config: BenchConfig) -> list[str]:
         f"--processes {','.join(map(str, config.processes))}  --latency-jobs {config.latency_jobs}  "
         f"--claims {config.claims}  --tenants {','.join(map(str, config.tenants)) or 'none'}  "
         f"--batches {','.join(map(str, config.batches)) or 'none'}  --batch-jobs {config.batch_jobs}  "
-        f"--claim-tenants {config.claim_tenants}",
+        f"--claim-tenants {config.claim_tenants}  --peer-jobs {','.join(map(str, config.peer_jobs)) or 'none'}",
     ]
     lines.append(
         f"connections: CONN_MAX_AGE={s.get('CONN_MAX_AGE', 0)!r}, "

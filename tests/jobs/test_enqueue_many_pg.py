@@ -1,5 +1,6 @@
-"""`enqueue_many` on PostgreSQL: one statement per chunk, given as one array
-per column, planned for the chunk it writes."""
+"""`enqueue_many` on PostgreSQL: each chunk copied (COPY) into the
+session's table, then one statement making its jobs, planned for the chunk
+it writes."""
 
 import json
 from datetime import datetime, timezone
@@ -33,9 +34,9 @@ def test_a_bulk_enqueue_is_planned_for_its_chunk_however_many_small_ones_ran_bef
 
 
 def test_a_bulk_enqueue_writes_each_column_as_given(store):
-    """The column arrays carry every kind of value a job may hold: NULLs,
-    text PostgreSQL's array syntax would have to escape, JSON, times."""
-    odd = 'a "quoted", {braced} \\ back\\slashed NULL ü'
+    """The copied rows carry every kind of value a job may hold: NULLs,
+    text COPY (or an array's syntax) would have to escape, JSON, times."""
+    odd = 'a "quoted", {braced} \\ back\\slashed NULL \\N\ttabbed\nlined\r ü'
     at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
     specs = [JobSpec("t", odd, payload={"k": odd, "n": [1, None]}, priority=-32768, run_at=at, max_attempts=9,
                      subject_type="company.quote", subject_id=42, subject_version=3),

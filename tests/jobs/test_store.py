@@ -57,6 +57,33 @@ def test_enqueue_many_keeps_the_first_of_a_key_given_twice_and_numbers_jobs_in_t
     assert Job.objects.count() == 4
 
 
+def test_enqueue_many_over_several_chunks_of_one_transaction_takes_each_chunk_once(store, monkeypatch):
+    """Chunks of one caller's transaction: each chunk's jobs are its own
+    (PostgreSQL copies a chunk into a session table the statement empties),
+    a key repeated in a later chunk or already there is left alone, and the
+    ids follow the order given across chunks."""
+    from django.db import transaction
+
+    import jobs.store
+
+    monkeypatch.setattr(jobs.store, "_ENQUEUE_CHUNK", 3)
+    store.enqueue("studio", "k-4")
+    keys = ["k-1", "k-2", "k-3", "k-2", "k-4", "k-5", "k-1", "k-6"]
+    with transaction.atomic():
+        assert store.enqueue_many([JobSpec("studio", key, payload={"at": n}) for n, key in enumerate(keys)],
+                                  actor="agent:bulk") == 5
+        assert store.enqueue_many([JobSpec("studio", "k-7")]) == 1
+    made = list(Job.objects.exclude(key="k-4").order_by("id").values_list("key", "payload", "proposed_by"))
+    assert made == [("k-1", {"at": 0}, "agent:bulk"), ("k-2", {"at": 1}, "agent:bulk"),
+                    ("k-3", {"at": 2}, "agent:bulk"), ("k-5", {"at": 5}, "agent:bulk"),
+                    ("k-6", {"at": 7}, "agent:bulk"), ("k-7", {}, "")]
+    assert sorted(JobSearch.objects.values_list("job_id", "key")) == sorted(Job.objects.values_list("id", "key"))
+    events = JobEvent.objects.filter(kind="enqueue")
+    assert sorted(events.values_list("job__key", "actor", "to_state")) == sorted(
+        [(key, "agent:bulk", "READY") for key in ("k-1", "k-2", "k-3", "k-5", "k-6")]
+        + [("k-4", "", "READY"), ("k-7", "", "READY")])
+
+
 def test_a_key_is_found_through_its_search_row(store):
     job = store.enqueue("studio", "q-1")
     assert Job.objects.by_key("studio", "q-1").get() == job

@@ -1,6 +1,7 @@
 """`manage.py bench` smoke test: every section is printed and the bench
 leaves nothing behind. Speed is never asserted here (DESIGN §12)."""
 
+import importlib.util
 import re
 from unittest import mock
 
@@ -62,6 +63,12 @@ def test_bench_prints_every_section_and_removes_only_its_own_rows(manage):
         assert re.search(r"  1 process .* n/a +[\d,]+\+[\d,]+ / n/a ", out), out
         assert re.search(r"batched \(Store.enqueue_many\) +200 +[\d.]+ +[\d,]+ +n/a\n", out), out
 
+    # Beside pgqueuer's list enqueue where it can run; else a line says why not.
+    if connection.vendor == "postgresql" and importlib.util.find_spec("pgqueuer") is not None:
+        assert re.search(r"1,000 jobs vs pgqueuer, a dedupe key per job +[\d,]+ +[\d,]+ +[\d.]+× +(ok|MISS)", out), out
+        assert "1,000 jobs vs pgqueuer, no keys" in out
+    else:
+        assert "pgqueuer row skipped: " in out, out
     assert not Job.objects.filter(tenant__in=BENCH_TENANTS).exists()
     assert not JobSearch.objects.filter(tenant__in=BENCH_TENANTS).exists()
     assert REFERENCE_TABLE not in connection.introspection.table_names()

@@ -12,10 +12,10 @@ from proving.bench.run import bench_run
 
 QUICK = {"jobs": 1000, "rows": 50_000, "latency_jobs": 50, "claims": 200, "batch_jobs": 2000,
          "tenants": "1000", "claim_tenants": 2000,
-         "backlog": 20_000}
+         "backlog": 20_000, "peer_jobs": "1000"}
 FULL = {"jobs": 5000, "rows": 1_000_000, "latency_jobs": 200, "claims": 500, "batch_jobs": 100_000,
         "tenants": "1000,10000", "claim_tenants": 10_000,
-        "backlog": 200_000}
+        "backlog": 200_000, "peer_jobs": "3000,20000"}
 
 
 class Command(BaseCommand):
@@ -84,6 +84,9 @@ class Command(BaseCommand):
         parser.add_argument("--backlog", type=whole_flag(0, 10_000_000), default=None,
                             help="READY jobs in one tenant for the deep row of claim time vs backlog (default "
                                  f"{FULL['backlog']:,}; 0 skips the section).")
+        parser.add_argument("--peer-jobs", type=_counts(0, 1_000_000), default=None,
+                            help="Jobs per enqueue row beside a peer's bulk enqueue (pgqueuer, when installed), "
+                                 f"comma-separated (default {FULL['peer_jobs']}; 0 skips the rows).")
         parser.add_argument("--repeat", type=whole_flag(1, 100), default=1,
                             help="Pairs of runs (ours and the raw loop) per end-to-end row, side by side, "
                                  "in turns: ours first, then the raw loop first (default 1). The rows then give "
@@ -121,6 +124,8 @@ class Command(BaseCommand):
         chosen = opts["tenants"] if opts["tenants"] is not None else sizes["tenants"]
         tenants = [t for t in _list(chosen, 0, len(MANY_TENANTS)) if t]
         batches = [b for b in _list(opts["batches"], 0, 1000) if b]
+        peer_jobs = [n for n in _list(opts["peer_jobs"] if opts["peer_jobs"] is not None else sizes["peer_jobs"],
+                                      0, 1_000_000) if n]
         claim_tenants = opts["claim_tenants"] if opts["claim_tenants"] is not None else sizes["claim_tenants"]
         config = BenchConfig(
             jobs=opts["jobs"] if opts["jobs"] is not None else sizes["jobs"],
@@ -140,6 +145,7 @@ class Command(BaseCommand):
             queues_only=opts["queues_only"],
             lease_cap=opts["lease_cap"],
             backlog=opts["backlog"] if opts["backlog"] is not None else sizes["backlog"],
+            peer_jobs=peer_jobs,
         )
         if not processes:
             raise CommandError("--processes needs at least one count, e.g. 1,2,4,8")
