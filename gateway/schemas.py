@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from connectors.registry import provider_names
 from jobs.payloads import payload_json_schema
 from jobs.states import State
+from jobs.validation import whole_number
 from operations.handlers import TEXT_PATTERN
 
 # A business key: letters, digits and . _ : @ -, at most 200 characters.
@@ -31,9 +32,9 @@ class SubjectIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     type: str = Field(max_length=100, pattern=SUBJECT_TYPE_PATTERN, description="e.g. company.quote")
-    id: Annotated[int, Field(ge=0, le=2**53)] | Annotated[str, Field(pattern=SUBJECT_ID_PATTERN)] = Field(
+    id: whole_number(ge=0, le=2**53) | Annotated[str, Field(pattern=SUBJECT_ID_PATTERN)] = Field(
         description="The record's id in the tenant.")
-    version: int | None = Field(None, ge=0, le=2**31 - 1, description="The record's version the proposal saw.")
+    version: whole_number(ge=0, le=2**31 - 1) | None = Field(None, description="The record's version the proposal saw.")
 
 
 class ProposalIn(BaseModel):

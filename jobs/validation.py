@@ -12,8 +12,10 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 
 from django.conf import settings
+from pydantic import BeforeValidator, Field
 
 from .clock import to_datetime
 
@@ -23,6 +25,18 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
 # Field lengths of jobs.models.Job the caller can set.
 JOB_FIELD_LIMITS = {"tenant": 64, "key": 200, "action": 100, "subject_type": 100, "subject_id": 100}
+
+
+def _whole(value):
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def whole_number(**limits):
+    """An integer as JSON Schema counts one: a number with no fraction,
+    written `7` or `7.0` (a strict pydantic model takes only the first
+    otherwise). `limits` are `Field`'s (`ge`, `le`); they stay in the JSON
+    Schema as `minimum` and `maximum`."""
+    return Annotated[Annotated[int, Field(**limits)], BeforeValidator(_whole)]
 
 
 def json_problem(value, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:

@@ -321,3 +321,14 @@ def test_concurrent_proposals_pass_the_limit_exactly_never_more():
     statuses = sorted(status for _, status in results)
     assert statuses == [201, 201, 201, 429, 429, 429, 429, 429]
     assert AgentProposal.objects.filter(agent=agent).count() == 3
+
+
+def test_a_subject_id_written_as_a_number_with_no_fraction_is_the_integer_the_document_says(api):
+    """JSON Schema counts 7.0 as an integer, as the served document's
+    `subject.id` does; a fraction is refused."""
+    taken = api.propose("send-1", subject={"type": "company.quote", "id": 127025398.0, "version": 2.0})
+    assert taken.status_code == 201, taken.content
+    job = Job.objects.get()
+    assert (job.subject_id, job.subject_version) == ("127025398", 2)
+    refused = problem(api.propose("send-2", subject={"type": "company.quote", "id": 7.5}), 422)
+    assert any("subject" in error["loc"] for error in refused["errors"]), refused
