@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from django.test import Client
 from company.models import Tenant
 from durable.replica import reads_on_replica
-from gateway.services import agent_create
+from gateway.services import agent_create, agent_key_issue
 from jobs.models import Job, JobEvent
 from jobs.store import Store
 from review.decisions import job_reject
@@ -38,6 +38,20 @@ store.enqueue("replica", "to-review")
 store.fail("replica", "to-review", "w1", store.claim("replica", "to-review", "w1"), error="bad address",
            failure="permanent")
 reviewed = Job.objects.get(key="to-review")
+# An agent proposes before the pause (an agent reads only its own proposals).
+tenant = Tenant.objects.create(slug="replica", name="Replica")
+agent, issued = agent_create(tenant=tenant, name="reader", actor="test")
+client = Client()
+email = {"to": "ada@example.com", "subject": "Your quote", "body": "Attached."}
+
+
+def propose(key, api_key):
+    return client.post("/api/v1/proposals", json.dumps({"action": "connectors.send_email", "key": key,
+                       "rationale": "asked", "payload": email}), content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Bearer {api_key}").status_code
+
+
+out["proposed"] = [propose("proposed-before-the-pause", issued.key)]
 store.enqueue("replica", "seen-before-the-pause")
 deadline = time.monotonic() + 30
 while True:
@@ -54,7 +68,6 @@ newest = JobEvent.objects.filter(job=reviewed).order_by("-id").values_list("id",
 job_reject(job_id=reviewed.pk, user=root, note="someone else was first", seen_event=newest)
 time.sleep(1.2)  # the standby's last replayed commit is now over a second old
 
-client = Client()
 client.force_login(root)  # the session is written, then read, on the primary
 page = client.get("/admin/jobs/job/")
 html = page.content.decode()
@@ -71,13 +84,13 @@ seen = re.search(r'name="seen_event" value="(\\d+)"', page).group(1)
 taken = client.post(f"/admin/console/jobs/{reviewed.pk}/decide/approve/", {"note": "looks fine", "seen_event": seen})
 out["stale_decision"] = [taken.status_code, Job.objects.get(pk=reviewed.pk).state]
 
-# An agent, its tenant and its key, all created after the pause: who may
-# ask is decided on the primary, what they read comes from the standby.
-tenant = Tenant.objects.create(slug="replica", name="Replica")
-agent, issued = agent_create(tenant=tenant, name="reader", actor="test")
-bearer = {"HTTP_AUTHORIZATION": f"Bearer {issued.key}"}
-before = client.get("/api/v1/proposals/seen-before-the-pause", **bearer)
-after = client.get("/api/v1/proposals/written-after-the-pause", **bearer)
+# A key issued after the pause: who may ask is decided on the primary, what
+# the agent reads comes from the standby.
+fresh = agent_key_issue(agent=agent, actor="test")
+out["proposed"].append(propose("proposed-after-the-pause", fresh.key))
+bearer = {"HTTP_AUTHORIZATION": f"Bearer {fresh.key}"}
+before = client.get("/api/v1/proposals/proposed-before-the-pause", **bearer)
+after = client.get("/api/v1/proposals/proposed-after-the-pause", **bearer)
 out["api"] = [before.status_code, after.status_code]
 out["api_lag_header"] = after.get("Replica-Lag")
 with reads_on_replica():
@@ -105,6 +118,7 @@ def test_pages_read_on_a_standby_that_is_behind_say_so_and_everything_else_uses_
     assert seen["page_says_behind"] is True
     assert seen["stale_page_offers_approve"] is True and seen["decision_page_says_behind"] is True
     assert seen["stale_decision"] == [409, "CANCELLED"]
+    assert seen["proposed"] == [201, 201]
     assert seen["api"] == [200, 404]
     assert float(seen["api_lag_header"]) > 0
     assert seen["read_on_replica"] is False
