@@ -330,7 +330,7 @@ def proposal_propose(*, agent: Agent, proposal: ProposalIn) -> tuple[dict, bool]
                 raise refusal
             submitted = proposal_submit(tenant=tenant, proposed_by=f"agent:{agent.name}", action=proposal.action,
                                         job_key=proposal.key, rationale=proposal.rationale, payload=payload,
-                                        **subject_fields)
+                                        key_free=True, **subject_fields)
             if submitted.created:
                 AgentProposal.objects.create(agent=agent, proposal=submitted.proposal, tenant=tenant.slug,
                                              job_key=proposal.key, watching=bool(agent.callback_url))

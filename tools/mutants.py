@@ -608,6 +608,10 @@ MUTANTS: list[Mutant] = [
              "    decided = last_decision(job.pk)"),
         Edit("review/due.py", "    deadline.save(force_insert=first)", "    deadline.save()")),
         ("tests/gateway/test_proposal_cost.py::test_a_new_proposal_costs_its_known_statements_and_no_more",)),
+    Mutant("proposal-key-read-once", "a new proposal's key is read once, by the gateway under the agent's lock", (
+        Edit("company/services.py", "                review=f\"proposed by {proposed_by}: {rationale}\" if needs_review else None, key_free=True,",
+             "                review=f\"proposed by {proposed_by}: {rationale}\" if needs_review else None,"),),
+        ("tests/gateway/test_proposal_cost.py::test_a_new_proposal_costs_its_known_statements_and_no_more",)),
     Mutant("proposal-view-fresh-only-when-new", "a proposal read again shows its decision", (
         Edit("gateway/services.py", "    return proposal_view(existing, mine.proposal), False",
              "    return proposal_view(existing, mine.proposal, fresh=True), False"),),
