@@ -322,6 +322,7 @@ def proposal_submit(
     subject_type: str = "",
     subject_id: str | int = "",
     subject_version: int | None = None,
+    key_free: bool = False,
 ) -> Submitted:
     """Record who proposes what and why, and create its job.
 
@@ -336,11 +337,13 @@ def proposal_submit(
     outbox, a timer), even between this call's read and its insert — nothing
     is recorded and the existing job is returned with `proposal=None`; only
     the caller whose proposal made the job gets `created`. Raises
-    `ValueError` for a proposal without a rationale.
+    `ValueError` for a proposal without a rationale. `key_free`: the caller
+    has just read the key free in its transaction, so it is not read again
+    (the insert still decides a race, as above).
     """
     if not rationale.strip():
         raise ValueError("a proposal needs a rationale: the reviewer decides on it")
-    existing = job_by_key(tenant=tenant.slug, key=job_key)
+    existing = None if key_free else job_by_key(tenant=tenant.slug, key=job_key)
     if existing is not None:
         return Submitted(None, existing)
     needs_review = action not in tenant_policy(tenant).runs_without_review
@@ -359,7 +362,7 @@ def proposal_submit(
                 detail={"proposal": {"id": proposal.pk, "proposed_by": proposed_by, "rationale": rationale,
                                      "subject_type": subject_type, "subject_id": str(subject_id or ""),
                                      "subject_version": subject_version}},
-                review=f"proposed by {proposed_by}: {rationale}" if needs_review else None,
+                review=f"proposed by {proposed_by}: {rationale}" if needs_review else None, key_free=True,
             )
             if not created:
                 raise _KeyTaken(job)

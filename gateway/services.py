@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -243,24 +244,31 @@ def proposal_limit_refusal(agent: Agent, now) -> Refused | None:
     """429 when a new proposal would pass the agent's per-minute or rolling
     per-day limit; `Retry-After` is when the oldest counted one leaves. A
     limit of 0 allows none: 429 without `Retry-After`, as waiting never helps."""
+    counted, zero = [], None
     for limit, window, what in (
         (_per(agent.proposals_per_minute, "GATEWAY_PROPOSALS_PER_MINUTE", 60), 60, "per minute"),
         (_per(agent.proposals_per_day, "GATEWAY_PROPOSALS_PER_DAY", 5000), 86400, "per rolling 24 h"),
     ):
         if limit == 0:
-            return Refused(429, "rate-limited", f"agent {agent.name}'s limit {what} is 0: it allows it no proposals "
+            zero = Refused(429, "rate-limited", f"agent {agent.name}'s limit {what} is 0: it allows it no proposals "
                                                 f"until an operator raises it")
-        # The `limit`-th newest proposal in the window, if there is one:
-        # agentproposal_agent_created walked newest first, `limit` entries at most.
-        recent = (AgentProposal.objects.filter(agent=agent, created_at__gt=now - timedelta(seconds=window))
-                  .order_by("-created_at").values_list("created_at", flat=True))
-        full_since = recent[limit - 1 : limit].first()
+            break
+        counted.append((limit, window, what))
+    # The `limit`-th newest proposal of each window, if there is one, in one
+    # statement: agentproposal_agent_created walked newest first, `limit`
+    # entries at most per window.
+    nth_newest = {f"w{i}": Subquery(AgentProposal.objects.filter(agent_id=agent.pk,
+                                                                 created_at__gt=now - timedelta(seconds=window))
+                                    .order_by("-created_at").values("created_at")[limit - 1 : limit])
+                  for i, (limit, window, _) in enumerate(counted)}
+    fulls = Agent.objects.filter(pk=agent.pk).annotate(**nth_newest).values_list(*nth_newest).first() if counted else ()
+    for (limit, window, what), full_since in zip(counted, fulls or [None] * len(counted)):
         if full_since is not None:
             opens = full_since + timedelta(seconds=window)
             wait = max(1, math.ceil((opens - now).total_seconds()))
             return Refused(429, "rate-limited", f"agent {agent.name} may make {limit} proposals {what}; try again "
                                                 f"in {wait} s", retry_after=wait)
-    return None
+    return zero
 
 
 def _refuse_unless_proposable(agent: Agent, action: str) -> None:
@@ -322,11 +330,11 @@ def proposal_propose(*, agent: Agent, proposal: ProposalIn) -> tuple[dict, bool]
                 raise refusal
             submitted = proposal_submit(tenant=tenant, proposed_by=f"agent:{agent.name}", action=proposal.action,
                                         job_key=proposal.key, rationale=proposal.rationale, payload=payload,
-                                        **subject_fields)
+                                        key_free=True, **subject_fields)
             if submitted.created:
                 AgentProposal.objects.create(agent=agent, proposal=submitted.proposal, tenant=tenant.slug,
                                              job_key=proposal.key, watching=bool(agent.callback_url))
-                return proposal_view(submitted.job, submitted.proposal), True
+                return proposal_view(submitted.job, submitted.proposal, fresh=True), True
             existing = submitted.job  # created meanwhile by someone else of the tenant
     # Only the agent's own proposal is answered again; a key another agent
     # (or a person, or the system) holds tells nothing of what it holds.
@@ -396,13 +404,15 @@ def proposals_list(*, agent: Agent, state: str | None = None, cursor: str | None
     return {"items": items, "next": _cursor(last) if more else None}
 
 
-def proposal_view(job, proposal: Proposal | None) -> dict:
+def proposal_view(job, proposal: Proposal | None, *, fresh: bool = False) -> dict:
     """A proposal as the API, the MCP tools and the callbacks show it
     (DESIGN §15): `state` is the job's; `decision` the reviewer's, if any;
-    `outcome` once the job finished or needs attention, or has receipts."""
-    decided = last_decision(job.pk)
-    receipts = [{"provider": r.operation.provider, "reference": r.provider_reference, "how": r.how}
-                for r in receipts_for_job(job.pk)]
+    `outcome` once the job finished or needs attention, or has receipts.
+    `fresh`: the job was created in the caller's transaction, not committed
+    yet, so nobody can have decided on it or recorded a receipt of it."""
+    decided = None if fresh else last_decision(job.pk)
+    receipts = [] if fresh else [{"provider": r.operation.provider, "reference": r.provider_reference, "how": r.how}
+                                 for r in receipts_for_job(job.pk)]
     settled = job.state in TERMINAL or job.state == State.NEEDS_ATTENTION
     return {
         "key": job.key,

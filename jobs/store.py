@@ -172,6 +172,7 @@ class Store:
         detail: dict | None = None,
         review: str | None = None,
         now=None,
+        key_free: bool = False,
     ) -> tuple[Job, bool]:
         """Create the obligation `(tenant, key)` once; return `(job, created)`.
 
@@ -187,7 +188,9 @@ class Store:
         `actor`, `reason` and `detail` go into the creation event (who asked
         for this work and why: a proposal's rationale). With `review` the job
         is created in WAITING_REVIEW with `review` as its wait reason, so it
-        cannot run before a reviewer resumes it.
+        cannot run before a reviewer resumes it. `key_free`: the caller has
+        just read the key free in its transaction, so it is not read again
+        (the unique constraint still decides a race).
 
         Raises `ValueError` naming the field for input the engine refuses
         (`validation.job_validate`: non-strict JSON or an oversized payload,
@@ -198,7 +201,7 @@ class Store:
                                run_at=run_at, max_attempts=max_attempts,
                                default_max_attempts=retry_policy(action).max_attempts, subject_type=subject_type,
                                subject_id=subject_id, subject_version=subject_version)
-        existing = Job.objects.by_key(tenant, key).first()
+        existing = None if key_free else Job.objects.by_key(tenant, key).first()
         if existing is not None:
             return existing, False
         clock = Clock.of(now)

@@ -95,7 +95,8 @@ def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered
     (a transition or a decision)."""
     terms = review_terms(job)
     deadline = ReviewDeadline.objects.select_for_update().filter(job_id=job.pk).first()
-    if deadline is None:
+    first = deadline is None
+    if first:
         deadline = ReviewDeadline(job_id=job.pk, tenant=job.tenant, round=1)
     else:
         deadline.round += 1
@@ -103,7 +104,8 @@ def review_clock_start(*, job: Job, at: datetime, reason: str = "the job entered
     deadline.entered_at = at
     deadline.due_at = at + timedelta(seconds=terms.due_after) if terms.due_after is not None else None
     deadline.overdue_at = deadline.reject_at = None
-    deadline.save()
+    # The job's row lock keeps another row from appearing since the read.
+    deadline.save(force_insert=first)
     if deadline.due_at is not None:
         escalation_timer(job, deadline, stage=OVERDUE, at=deadline.due_at)
     return deadline

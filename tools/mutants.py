@@ -603,6 +603,22 @@ MUTANTS: list[Mutant] = [
         Edit("gateway/services.py", "            refusal = proposal_limit_refusal(agent, timezone.now())",
              "            refusal = None"),),
         ("tests/gateway/test_api.py::test_over_the_per_minute_limit_is_429_with_retry_after_and_a_repeat_is_not_counted",)),
+    Mutant("proposal-statements", "a new proposal reads nothing it cannot need (its view, its review clock)", (
+        Edit("gateway/services.py", "    decided = None if fresh else last_decision(job.pk)",
+             "    decided = last_decision(job.pk)"),
+        Edit("review/due.py", "    deadline.save(force_insert=first)", "    deadline.save()")),
+        ("tests/gateway/test_proposal_cost.py::test_a_new_proposal_costs_its_known_statements_and_no_more",)),
+    Mutant("proposal-key-read-once", "a new proposal's key is read once, by the gateway under the agent's lock", (
+        Edit("company/services.py", "                review=f\"proposed by {proposed_by}: {rationale}\" if needs_review else None, key_free=True,",
+             "                review=f\"proposed by {proposed_by}: {rationale}\" if needs_review else None,"),),
+        ("tests/gateway/test_proposal_cost.py::test_a_new_proposal_costs_its_known_statements_and_no_more",)),
+    Mutant("proposal-view-fresh-only-when-new", "a proposal read again shows its decision", (
+        Edit("gateway/services.py", "    return proposal_view(existing, mine.proposal), False",
+             "    return proposal_view(existing, mine.proposal, fresh=True), False"),),
+        ("tests/gateway/test_api.py::test_a_reviewers_correction_does_not_turn_the_agents_retry_into_a_conflict",)),
+    Mutant("bench-reference-not-served", "the gateway bench's reference endpoint is mounted only by the bench's server", (
+        Edit("durable/settings.py", 'ROOT_URLCONF = "durable.urls"', 'ROOT_URLCONF = "proving.bench_urls"'),),
+        ("tests/proving/test_bench_gateway.py::test_the_reference_endpoint_is_not_served_by_the_site",)),
     Mutant("callback-once-per-event", "reading a proposal's history again makes no second callback", (
         Edit("gateway/callbacks.py", "                watched.events_seen = row.id", "                pass"),
          Edit("gateway/callbacks.py", '    return uuid.uuid5(EVENT_NAMESPACE, f"{tenant}\\n{key}\\n{history_id}\\n{type_}")',

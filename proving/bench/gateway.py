@@ -5,10 +5,13 @@
    — the production server (`durable.server`: uvicorn serving durable.asgi)
    or `manage.py runserver` (threaded), in turns — or against one already
    running on this database (`--url`, e.g. another WSGI or ASGI server to
-   compare). Each client is a thread with its own keep-alive connection;
-   each POST a new proposal (auth, validation, the agent's row lock and
-   limit counts, proposal_submit, the job), then the same for GET of a
-   proposal.
+   compare). Each client is a thread with its own keep-alive connection
+   and its own agent; each POST a new proposal (auth, validation, the
+   agent's row lock and limit counts, proposal_submit, the job), in turns
+   with the reference on the same server — a minimal django-ninja POST
+   inserting one row (`proving.bench_urls`, served only under
+   `proving.bench_settings`) — and the proposal POST's cost as a multiple
+   of the reference's; then the same for GET of a proposal.
 2. The cost of a limit check with `--operations` (default 1,000,000)
    operations in the table: the effect limit's count (`operations.limits.
    effects_in_window`) and the proposal limit's, each with its EXPLAIN and
@@ -41,6 +44,8 @@ from jobs.models import Job
 from operations.limits import window_full_since
 from operations.models import ActionLimit, Operation
 
+from ..bench_urls import REFERENCE_PATH
+from ..models import BenchRow
 from .common import ROOT, delete_tenants, percentile, table
 from .fleet import database_url
 
@@ -63,13 +68,18 @@ class ApiFigures:
 SERVERS = ("asgi", "runserver")
 
 
+BENCH_SETTINGS = "proving.bench_settings"
+
+
 class Server:
     """A server on 127.0.0.1 on this database: `asgi`, the production
-    server (durable.server), or `runserver --noreload`."""
+    server (durable.server), or `runserver --noreload`, with the site's
+    settings plus the reference endpoint (`BENCH_SETTINGS`)."""
 
     def __init__(self, kind: str):
         self.port = free_port()
-        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1",
+               "DJANGO_SETTINGS_MODULE": BENCH_SETTINGS}
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         if kind == "asgi":
             self.process = server_start(port=self.port, env=env, **quiet)
@@ -97,7 +107,10 @@ class Running:
         pass
 
 
-def _client_run(address: tuple[str, int], key: str, requests: list[tuple[str, str, bytes | None]], latencies: list, statuses: dict,
+Request = tuple[str, str, bytes | None]
+
+
+def _client_run(address: tuple[str, int], key: str, requests: list[Request], latencies: list, statuses: dict,
                 lock: threading.Lock, start: threading.Event):
     conn = http.client.HTTPConnection(*address, timeout=30)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -114,46 +127,87 @@ def _client_run(address: tuple[str, int], key: str, requests: list[tuple[str, st
     conn.close()
 
 
-def _measure(address: tuple[str, int], key: str, what: str, per_client: list[list[tuple[str, str, bytes | None]]]) -> ApiFigures:
-    latencies, statuses, lock, start = [], {}, threading.Lock(), threading.Event()
-    threads = [threading.Thread(target=_client_run, args=(address, key, requests, latencies, statuses, lock, start))
-               for requests in per_client]
+@dataclass
+class _Sample:
+    latencies: list
+    statuses: dict
+    seconds: float = 0.0
+
+
+def _sample(address: tuple[str, int], per_client: list[tuple[str, list[Request]]], into: _Sample | None = None) -> _Sample:
+    """Each client (its key, its requests) a thread with its own connection,
+    all started together; added to `into` when given (one figure of turns)."""
+    into = into or _Sample([], {})
+    lock, start = threading.Lock(), threading.Event()
+    threads = [threading.Thread(target=_client_run, args=(address, key, requests, into.latencies, into.statuses,
+                                                          lock, start))
+               for key, requests in per_client]
     for t in threads:
         t.start()
     began = time.perf_counter()
     start.set()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - began
-    return ApiFigures(what, len(per_client), len(latencies), percentile(latencies, 50), percentile(latencies, 99),
-                      len(latencies) / elapsed, statuses)
+    into.seconds += time.perf_counter() - began
+    return into
 
 
-def api_figures(*, clients: int, requests: int, run: str, server: str = "asgi", url: str = "") -> list[ApiFigures]:
-    """POST then GET figures with `clients` concurrent clients, `requests`
-    each, against `server` started here, or the one running at `url`."""
+def _figures(what: str, clients: int, sample: _Sample) -> ApiFigures:
+    latencies = sample.latencies
+    return ApiFigures(what, clients, len(latencies), percentile(latencies, 50), percentile(latencies, 99),
+                      len(latencies) / sample.seconds, sample.statuses)
+
+
+PROPOSAL_POST = "POST /api/v1/proposals (new)"
+REFERENCE_POST = "reference: ninja POST, one row"
+
+
+def api_figures(*, clients: int, requests: int, run: str, server: str = "asgi", url: str = "",
+                turns: int = 3) -> list[ApiFigures]:
+    """With `clients` concurrent clients, `requests` each: new proposals and
+    the reference POST (a minimal django-ninja endpoint inserting one row,
+    `proving.bench_urls`) in `turns` alternating rounds, then GETs of the
+    proposals and the same POSTs again — against `server` started here, or
+    the one running at `url` (serving `proving.bench_settings`). Each client
+    is its own agent, so no agent's row lock serialises the posts."""
     tenant = tenant_ensure(slug=TENANT)
-    agent, issued = agent_create(tenant=tenant, name=f"bench-{run}", actor="bench",
-                                 proposals_per_minute=10**9, proposals_per_day=10**9)
+    keys = [agent_create(tenant=tenant, name=f"bench-{run}-{c}", actor="bench", proposals_per_minute=10**9,
+                         proposals_per_day=10**9)[1].key for c in range(clients)]
     target = Running(url) if url else Server(server)
     try:
         # Warm-up: the server's first requests import and connect.
-        _measure(target.address, issued.key, "warm-up", [[("GET", "/api/v1/actions", None)] * 5])
+        _sample(target.address, [(keys[0], [("GET", "/api/v1/actions", None)] * 5)])
 
-        def post(c: int, n: int):
+        def post(c: int, n: int) -> Request:
             body = {"action": ACTION, "key": f"bench-{run}-{c}-{n}", "rationale": "benchmark", "payload": EMAIL}
             return ("POST", "/api/v1/proposals", json.dumps(body).encode())
 
-        posts = _measure(target.address, issued.key, "POST /api/v1/proposals (new)",
-                         [[post(c, n) for n in range(requests)] for c in range(clients)])
-        gets = _measure(target.address, issued.key, "GET /api/v1/proposals/{key}",
-                        [[("GET", f"/api/v1/proposals/bench-{run}-{c}-{n}", None) for n in range(requests)]
-                         for c in range(clients)])
-        repeats = _measure(target.address, issued.key, "POST again (idempotent, 200)",
-                           [[post(c, n) for n in range(requests)] for c in range(clients)])
+        def reference(c: int, n: int) -> Request:
+            return ("POST", REFERENCE_PATH, json.dumps({"name": f"bench-{run}-{c}-{n}"}).encode())
+
+        posts, references = _Sample([], {}), _Sample([], {})
+        for turn in range(turns):
+            numbers = range(turn * requests // turns, (turn + 1) * requests // turns)
+            _sample(target.address, [(keys[c], [post(c, n) for n in numbers]) for c in range(clients)], posts)
+            _sample(target.address, [(keys[c], [reference(c, n) for n in numbers]) for c in range(clients)],
+                    references)
+        gets = _sample(target.address, [(keys[c], [("GET", f"/api/v1/proposals/bench-{run}-{c}-{n}", None)
+                                                   for n in range(requests)]) for c in range(clients)])
+        repeats = _sample(target.address, [(keys[c], [post(c, n) for n in range(requests)]) for c in range(clients)])
     finally:
         target.stop()
-    return [posts, gets, repeats]
+    return [_figures(PROPOSAL_POST, clients, posts), _figures(REFERENCE_POST, clients, references),
+            _figures("GET /api/v1/proposals/{key}", clients, gets),
+            _figures("POST again (idempotent, 200)", clients, repeats)]
+
+
+def cost_ratio(figures: list[ApiFigures]) -> str:
+    """The proposal POST's cost as a multiple of the reference POST's."""
+    by = {f.what: f for f in figures}
+    posts, reference = by[PROPOSAL_POST], by[REFERENCE_POST]
+    return (f"proposal POST ÷ reference POST: p50 {posts.p50_ms / reference.p50_ms:.2f}×, "
+            f"p99 {posts.p99_ms / reference.p99_ms:.2f}×, time per request (1 ÷ req/s) "
+            f"{reference.per_second / posts.per_second:.2f}×")
 
 
 # ---------------------------------------------------------------- the limit checks
@@ -235,6 +289,7 @@ def cleanup() -> None:
     Proposal.objects.filter(tenant__slug=TENANT).delete()
     delete_tenants([TENANT])
     Tenant.objects.filter(slug=TENANT).delete()
+    BenchRow.objects.all().delete()
     assert not Job.objects.filter(tenant=TENANT).exists()
 
 

@@ -14,7 +14,8 @@ NAMES = {"asgi": "the production server (uvicorn, durable.asgi) on 127.0.0.1",
 class Command(BaseCommand):
     help = ("Proposal API latency (p50/p99) and requests/s with concurrent clients against real servers "
             "started on 127.0.0.1 (--server: the production ASGI server, runserver; in turns) or one running "
-            "on this database (--url), and the cost of the limit checks with --operations operations in the "
+            "on this database (--url), beside a minimal django-ninja POST inserting one row on the same server, "
+            "and the cost of the limit checks with --operations operations in the "
             "table (EXPLAIN and mean time). Touches only tenant bench-gateway and removes its rows after.")
 
     def add_arguments(self, parser):
@@ -27,8 +28,10 @@ class Command(BaseCommand):
                             help="Server to start and measure, repeatable, in turns (default: asgi, the production "
                                  "server of durable.server).")
         parser.add_argument("--url", default="",
-                            help="Measure the server running at this URL instead (it must use this database), "
-                                 "e.g. http://127.0.0.1:8000.")
+                            help="Measure the server running at this URL instead (it must use this database and "
+                                 "serve DJANGO_SETTINGS_MODULE=proving.bench_settings), e.g. http://127.0.0.1:8000.")
+        parser.add_argument("--turns", type=int, default=3,
+                            help="Alternating rounds of proposal POSTs and reference POSTs (default 3).")
         parser.add_argument("--skip-limits", action="store_true", help="Only the API figures.")
         parser.add_argument("--quick", action="store_true", help="Small sizes: 4 clients × 25, 100,000 operations.")
 
@@ -45,9 +48,10 @@ class Command(BaseCommand):
                 named = f"the server at {target}" if options["url"] else NAMES[target]
                 say(f"API on {named}: {options['clients']} clients × {options['requests']} requests …")
                 figures = bench_gateway.api_figures(clients=options["clients"], requests=options["requests"],
-                                                    run=uuid.uuid4().hex[:6], server=target, url=options["url"])
-                lines += [f"Agent gateway — proposal API against {named} ({database}):",
-                          *bench_gateway.render_api(figures), ""]
+                                                    run=uuid.uuid4().hex[:6], server=target, url=options["url"],
+                                                    turns=options["turns"])
+                lines += [f"Agent gateway — proposal API against {named} ({database}), one agent per client:",
+                          *bench_gateway.render_api(figures), bench_gateway.cost_ratio(figures), ""]
             if not options["skip_limits"]:
                 lines += bench_gateway.limit_figures(operations=options["operations"], repeat=options["repeat"],
                                                      progress=say)

@@ -1,0 +1,31 @@
+"""The site's URLs plus, at `/bench/reference/rows`, the reference the
+gateway's cost is measured against (`manage.py bench_gateway`): a minimal
+django-ninja POST inserting one row. Served only by the bench's server
+(`proving.bench_settings`), never by a deployment's."""
+
+from django.urls import path
+from ninja import NinjaAPI, Schema, Status
+
+from durable.urls import urlpatterns as site_urlpatterns
+
+from .models import BenchRow
+
+reference = NinjaAPI(title="bench reference", urls_namespace="bench-reference", docs_url=None)
+
+
+class RowIn(Schema):
+    name: str
+
+
+class RowOut(Schema):
+    id: int
+
+
+@reference.post("/rows", response={201: RowOut})
+def row_create(request, row: RowIn):
+    return Status(201, {"id": BenchRow.objects.create(name=row.name).pk})
+
+
+REFERENCE_PATH = "/bench/reference/rows"
+
+urlpatterns = [path("bench/reference/", reference.urls), *site_urlpatterns]
