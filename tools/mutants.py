@@ -617,7 +617,7 @@ MUTANTS: list[Mutant] = [
              "    return proposal_view(existing, mine.proposal, fresh=True), False"),),
         ("tests/gateway/test_api.py::test_a_reviewers_correction_does_not_turn_the_agents_retry_into_a_conflict",)),
     Mutant("bench-reference-not-served", "the gateway bench's reference endpoint is mounted only by the bench's server", (
-        Edit("durable/settings.py", 'ROOT_URLCONF = "durable.urls"', 'ROOT_URLCONF = "proving.bench_urls"'),),
+        Edit("durable/settings.py", 'ROOT_URLCONF = "durable.urls"', 'ROOT_URLCONF = "durable.urls_bench"'),),
         ("tests/proving/test_bench_gateway.py::test_the_reference_endpoint_is_not_served_by_the_site",)),
     Mutant("callback-once-per-event", "reading a proposal's history again makes no second callback", (
         Edit("gateway/callbacks.py", "                watched.events_seen = row.id", "                pass"),

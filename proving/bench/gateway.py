@@ -9,8 +9,8 @@
    and its own agent; each POST a new proposal (auth, validation, the
    agent's row lock and limit counts, proposal_submit, the job), in turns
    with the reference on the same server — a minimal django-ninja POST
-   inserting one row (`proving.bench_urls`, served only under
-   `proving.bench_settings`) — and the proposal POST's cost as a multiple
+   inserting one row (`proving.bench_reference`, served only under
+   `durable.settings_bench`) — and the proposal POST's cost as a multiple
    of the reference's; then the same for GET of a proposal.
 2. The cost of a limit check with `--operations` (default 1,000,000)
    operations in the table: the effect limit's count (`operations.limits.
@@ -44,7 +44,7 @@ from jobs.models import Job
 from operations.limits import window_full_since
 from operations.models import ActionLimit, Operation
 
-from ..bench_urls import REFERENCE_PATH
+from ..bench_reference import REFERENCE_PATH
 from ..models import BenchRow
 from .common import ROOT, delete_tenants, percentile, table
 from .fleet import database_url
@@ -68,7 +68,7 @@ class ApiFigures:
 SERVERS = ("asgi", "runserver")
 
 
-BENCH_SETTINGS = "proving.bench_settings"
+BENCH_SETTINGS = "durable.settings_bench"
 
 
 class Server:
@@ -166,9 +166,9 @@ def api_figures(*, clients: int, requests: int, run: str, server: str = "asgi", 
                 turns: int = 3) -> list[ApiFigures]:
     """With `clients` concurrent clients, `requests` each: new proposals and
     the reference POST (a minimal django-ninja endpoint inserting one row,
-    `proving.bench_urls`) in `turns` alternating rounds, then GETs of the
+    `proving.bench_reference`) in `turns` alternating rounds, then GETs of the
     proposals and the same POSTs again — against `server` started here, or
-    the one running at `url` (serving `proving.bench_settings`). Each client
+    the one running at `url` (serving `durable.settings_bench`). Each client
     is its own agent, so no agent's row lock serialises the posts."""
     tenant = tenant_ensure(slug=TENANT)
     keys = [agent_create(tenant=tenant, name=f"bench-{run}-{c}", actor="bench", proposals_per_minute=10**9,

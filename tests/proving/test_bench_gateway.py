@@ -33,7 +33,7 @@ def test_bench_gateway_prints_its_figures_and_leaves_nothing_behind():
 
 @pytest.mark.django_db
 def test_the_reference_endpoint_is_not_served_by_the_site(client):
-    from proving.bench_urls import REFERENCE_PATH
+    from proving.bench_reference import REFERENCE_PATH
 
     response = client.post(REFERENCE_PATH, '{"name": "x"}', content_type="application/json")
     assert response.status_code == 404 and not BenchRow.objects.exists()

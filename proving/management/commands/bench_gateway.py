@@ -29,7 +29,7 @@ class Command(BaseCommand):
                                  "server of durable.server).")
         parser.add_argument("--url", default="",
                             help="Measure the server running at this URL instead (it must use this database and "
-                                 "serve DJANGO_SETTINGS_MODULE=proving.bench_settings), e.g. http://127.0.0.1:8000.")
+                                 "serve DJANGO_SETTINGS_MODULE=durable.settings_bench), e.g. http://127.0.0.1:8000.")
         parser.add_argument("--turns", type=int, default=3,
                             help="Alternating rounds of proposal POSTs and reference POSTs (default 3).")
         parser.add_argument("--skip-limits", action="store_true", help="Only the API figures.")
