@@ -3,7 +3,7 @@ readiness signals, never on fixed sleeps."""
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 
 def wait_for(predicate, *, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
@@ -184,24 +184,32 @@ def in_thread(target):
 
 
 @contextmanager
-def auto_explained(*settings: str):
+def auto_explained(*settings: str, session: bool = False):
     """A transaction in which PostgreSQL's auto_explain reports the plan of
     every statement run, as a notice: yields the list each plan's text is
     added to. `settings` are more `SET LOCAL` settings (auto_explain's own
-    options, a plan cache mode)."""
+    options, a plan cache mode). With `session`, no transaction: the
+    settings hold for the connection until the block ends (for code that
+    opens transactions of its own, which may not be nested)."""
     from django.db import connection, transaction
 
     plans: list[str] = []
     connection.ensure_connection()
     handler = lambda diagnostic: plans.append(diagnostic.message_primary or "")  # noqa: E731
     connection.connection.add_notice_handler(handler)
+    names = [s.split("=")[0].strip() for s in ("auto_explain.log_min_duration = 0",
+                                                "auto_explain.log_level = notice",
+                                                "client_min_messages = notice", *settings)]
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with (nullcontext() if session else transaction.atomic()), connection.cursor() as cursor:
             cursor.execute("LOAD 'auto_explain'")
             for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
                             "client_min_messages = notice", *settings):
-                cursor.execute(f"SET LOCAL {setting}")
+                cursor.execute(f"SET {'' if session else 'LOCAL '}{setting}")
             yield plans
+            if session:
+                for name in names:
+                    cursor.execute(f"RESET {name}")
     finally:
         connection.connection.remove_notice_handler(handler)
 
