@@ -23,11 +23,17 @@ install: $(VENV)/.installed
 lint: install  ## undefined and unused names, syntax errors
 	$(VENV)/bin/ruff check .
 
+# Tests marked `alone` run after the others, in one process: what they
+# measure would be disturbed by other test processes on the same server.
+# (pytest exits 5 when PYTEST_ARGS leaves none of them to run.)
+SUITE = $(PYTEST) -n $(TEST_WORKERS) -m "not failover and not alone" $(PYTEST_ARGS) \
+	&& { $(PYTEST) -m "alone and not failover" $(PYTEST_ARGS) || test $$? -eq 5; }
+
 test: install  ## the suite, on DATABASE_URL (default: SQLite), in TEST_WORKERS processes
-	$(PYTEST) -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(SUITE)
 
 test-postgres: install  ## the suite on the local PostgreSQL
-	DATABASE_URL=$(PG_URL) $(PYTEST) -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL) $(SUITE)
 
 test-pooler: install  ## the worker, claim, chaos and NOTIFY tests through a private PgBouncer in transaction mode (.ci/pooler; needs root for apt-get/runuser)
 	VENV=$(VENV) .ci/pooler

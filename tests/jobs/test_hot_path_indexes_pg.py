@@ -83,12 +83,19 @@ def _pages() -> dict[int, int]:
         return dict(cursor.fetchall())
 
 
+@pytest.mark.alone
 @pytest.mark.django_db(transaction=True)  # committed: the dead versions can be pruned, as in a worker
 def test_a_job_s_claim_and_finish_write_its_new_row_versions_in_its_own_page(store):
     """Neither update is HOT, but one that stays in its page writes less WAL:
     no lock record before the row moves, and only the bytes that changed.
     With every page packed full, each claim moved its row to another page
-    (migration 0019 leaves room: fillfactor 70)."""
+    (migration 0019 leaves room: fillfactor 70).
+
+    A page is pruned only while no older transaction may see its dead
+    versions, and PostgreSQL's quick check of that looks at every database
+    of the server: another test process's transaction, in its own database,
+    keeps rows moving. So this runs alone (`make test` runs it after the
+    others)."""
     _no_older_snapshot()
     store.enqueue_many(JobSpec("t1", f"k{i}") for i in range(300))
     before = _pages()
